@@ -33,6 +33,10 @@ static void retreat(tb_rate *r, double span)
         frac += 1.0;
         whole += 1.0;
     }
+    if (frac >= 1.0) {  /* a borrow below the fraction's precision rounds to no borrow */
+        frac -= 1.0;
+        whole -= 1.0;
+    }
     r->full_at -= (tb_ns)whole;
     r->full_at_frac = frac;
 }
@@ -50,10 +54,20 @@ static bool fits(const tb_rate *r, double need, tb_ns now)
     return (owed > 0 ? owed : 0) + need <= r->burst_ns;
 }
 
-// Takes need nanoseconds of tokens at now: F = max(F, now) + need.
+// Whether the bucket has been full for at least a whole nanosecond at now (F <= now - 1).
+// Refill younger than that is kept: a waiter granted at the first whole nanosecond after
+// its fractional ready instant must not lose the fraction, or every such grant would
+// slow the rate down (and tb_projected_grant, which assumes no loss, would promise too early).
+static bool full_before(const tb_rate *r, tb_ns now)
+{
+    return r->full_at + (r->full_at_frac > 0) < now;
+}
+
+// Takes need nanoseconds of tokens at now: F = max(F, now) + need, except that a bucket
+// full for less than a nanosecond keeps its F (see full_before).
 static void consume(tb_rate *r, double need, tb_ns now)
 {
-    if (r->full_at < now) {
+    if (full_before(r, now)) {
         r->full_at = now;
         r->full_at_frac = 0.0;
     }
@@ -162,7 +176,7 @@ tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now)
     if (need <= b->rate.burst_ns)
         return fit_at(&b->rate, need, now);
     tb_rate full = b->rate;
-    if (full.full_at < now) {
+    if (full_before(&full, now)) {
         full.full_at = now;
         full.full_at_frac = 0.0;
     }
@@ -216,6 +230,8 @@ tb_status tb_enqueue(tb_bucket *b, double amount, tb_ns now, tb_ns deadline,
                      void *handle, tb_id *id)
 {
     anchor(b, now);
+    if (!positive(amount) || amount > b->rate.burst)
+        return TB_EINVAL;  /* it could never be granted: tb_head_ready_at would never return */
     if (deadline != TB_NEVER) {
         if (b->order != TB_FIFO)
             return TB_EINVAL;

@@ -78,7 +78,8 @@ bool tb_can_take(tb_bucket *b, double amount, tb_ns now);
 bool tb_take(tb_bucket *b, double amount, tb_ns now);
 
 /* Queues a waiter. TB_OK with *id set; TB_ETOOLATE if its grant cannot come by
- * deadline (nothing queued); TB_EINVAL for a deadline in smallest-first order; TB_ENOMEM. */
+ * deadline (nothing queued); TB_EINVAL for an amount outside (0, burst] or a deadline
+ * in smallest-first order; TB_ENOMEM. */
 tb_status tb_enqueue(tb_bucket *b, double amount, tb_ns now, tb_ns deadline,
                      void *handle, tb_id *id);
 /* Removes a queued waiter without granting it; returns its handle, or NULL if id is not queued. */

@@ -1,0 +1,125 @@
+"""The asyncio side of a limiter: futures, the one timer, cancellation, the owning loop.
+
+Token arithmetic and wake order live in the core (C, or its Python twin); this
+module only reacts to what the core decides. ``build(core)`` makes the public
+classes on top of either core, so one test suite can run against both."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from types import ModuleType
+from typing import Any
+
+REARM_AFTER_EARLY_WAKE = 0.001  # s; a loop that fires timers early (uvloop rounds to ms) is not polled
+REUSED_ACROSS_LOOPS = (
+    "This AsyncLimiter instance is being re-used across loops. Please create "
+    "a new limiter per event loop as re-use can lead to undefined behaviour."
+)
+
+
+def build(core: ModuleType) -> tuple[type, type]:
+    """The ``Limiter`` and ``AsyncLimiter`` classes on top of ``core.Bucket``."""
+
+    class Limiter(core.Bucket):  # type: ignore[name-defined,misc]
+        """Token-bucket rate limiter for asyncio: ``async with Limiter(100, 1): ...``."""
+
+        __slots__ = ("_loop", "_timer", "_timer_at", "__weakref__")
+        _warn_on_reuse = False
+
+        def __new__(cls, max_rate: float, time_period: float = 60, *, burst: float | None = None,
+                    initial: float | None = None, fair: bool = True) -> Limiter:
+            return cls._create(max_rate, time_period, burst, initial, fair, False)
+
+        @classmethod
+        def _create(cls, *args: Any) -> Any:
+            self = super().__new__(cls, *args)
+            self._loop = None
+            self._timer = None
+            self._timer_at = None
+            return self
+
+        def __repr__(self) -> str:
+            return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "
+                    f"burst={self.burst!r}, fair={self.fair!r}) tokens={self.tokens:.6g} "
+                    f"waiting={self.waiting} at {id(self):#x}>")
+
+        async def _wait(self, amount: float, timeout: float | None) -> None:
+            loop = self._own_loop()
+            granted = loop.create_future()
+            ident = self._enqueue(amount, timeout, granted)
+            try:
+                self._dispatch()
+                await granted
+            except BaseException:
+                if granted.done() and not granted.cancelled():
+                    self._refund(amount)  # granted, but its task will never use it
+                else:
+                    granted.cancel()
+                    self._withdraw(ident)
+                self._dispatch()
+                raise
+
+        def _own_loop(self) -> asyncio.AbstractEventLoop:
+            """The running loop, which from now on owns this limiter's waiters and timer."""
+            loop = asyncio.get_running_loop()
+            previous = self._loop
+            if previous is loop:
+                return loop
+            if previous is not None and not previous.is_closed():
+                if self.waiting:
+                    raise RuntimeError(
+                        f"{type(self).__name__} has tasks waiting on another event loop; "
+                        "one limiter serves one event loop at a time")
+                if self._timer is not None:
+                    self._timer.cancel()
+            elif previous is not None:
+                while self.waiting:  # their loop is closed: they can never be woken
+                    self._pop_head(False)
+                if self._warn_on_reuse:
+                    warnings.warn(REUSED_ACROSS_LOOPS, RuntimeWarning, stacklevel=4)
+            self._timer = self._timer_at = None
+            self._loop = loop
+            return loop
+
+        def _dispatch(self, woke_for: float | None = None) -> None:
+            """Grants every waiter whose turn has come, then keeps the one timer on the next head."""
+            while (head := self._ready_head()) is not None:
+                wanted = not head.done()  # a cancelled waiter leaves without taking tokens
+                self._pop_head(wanted)
+                if wanted:
+                    head.set_result(None)
+            at = self._head_ready_at()
+            timer = self._timer
+            if at is not None and timer is not None and at == self._timer_at:
+                return
+            if timer is not None:
+                timer.cancel()
+                self._timer = self._timer_at = None
+            if at is None:
+                return
+            loop = self._loop
+            if at == woke_for:  # the loop fired before the head's time: do not poll it
+                at = max(at, loop.time() + REARM_AFTER_EARLY_WAKE)
+            self._timer = loop.call_at(at, self._on_timer)
+            self._timer_at = at
+
+        def _on_timer(self) -> None:
+            woke_for, self._timer, self._timer_at = self._timer_at, None, None
+            self._dispatch(woke_for)
+
+    class AsyncLimiter(Limiter):
+        """Drop-in for ``aiolimiter.AsyncLimiter``: burst = max_rate, newcomers take free
+        capacity ahead of waiters, and waiters wake smallest amount first."""
+
+        __slots__ = ()
+        _warn_on_reuse = True
+
+        def __new__(cls, max_rate: float, time_period: float = 60) -> AsyncLimiter:  # type: ignore[misc]
+            return cls._create(max_rate, time_period, None, None, False, True)
+
+        def __repr__(self) -> str:
+            return (f"<AsyncLimiter(max_rate={self.max_rate!r}, time_period={self.time_period!r}) "
+                    f"at {id(self):#x} [tokens: {self.tokens:.6g}, waiters: {self.waiting}]>")
+
+    return Limiter, AsyncLimiter

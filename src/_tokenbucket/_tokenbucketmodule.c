@@ -1,0 +1,945 @@
+/* aiotb._tokenbucket: the Python binding of the token-bucket core.
+ *
+ * Bucket owns a tb_bucket and reads the running loop's clock. When the loop's
+ * clock provably is CLOCK_MONOTONIC (checked once per task, remembered in a
+ * context variable) it reads that clock itself, so an uncontended acquire
+ * allocates nothing and never looks up the running loop. Waiting, futures and
+ * the timer belong to the asyncio glue in aiotb/_limiter.py, which subclasses
+ * Bucket and provides `_wait`. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <time.h>
+
+#include "tokenbucket.h"
+
+static PyModuleDef tokenbucket_module;
+
+typedef struct {
+    PyTypeObject *bucket_type;
+    PyTypeObject *ready_type;
+    PyTypeObject *clock_type;
+    PyObject *ready;             /* the one done awaitable */
+    PyObject *clock_var;         /* ContextVar: this task's LoopClock, if its loop is monotonic */
+    PyObject *get_running_loop;  /* asyncio.events._get_running_loop */
+    PyObject *is_monotonic_loop; /* aiotb._clock.is_monotonic_loop */
+    PyObject *real_type;         /* numbers.Real */
+    PyObject *str_time;
+    PyObject *str_wait;
+} tb_state;
+
+/* ---- the done awaitable ---- */
+
+// am_send: finishes at once with None.
+static PySendResult ready_send(PyObject *self, PyObject *arg, PyObject **result)
+{
+    (void)self, (void)arg;
+    *result = Py_NewRef(Py_None);
+    return PYGEN_RETURN;
+}
+
+// tp_iternext: NULL with no exception set is StopIteration(None).
+static PyObject *ready_next(PyObject *self)
+{
+    (void)self;
+    return NULL;
+}
+
+// send(value): StopIteration, as a finished coroutine.
+static PyObject *ready_send_method(PyObject *self, PyObject *value)
+{
+    (void)self, (void)value;
+    PyErr_SetNone(PyExc_StopIteration);
+    return NULL;
+}
+
+// throw(typ[, val[, tb]]): raises what it is given, as a coroutine that has not started.
+static PyObject *ready_throw(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "throw expected 1 to 3 arguments");
+        return NULL;
+    }
+    PyObject *typ = args[0];
+    if (nargs >= 2 && args[1] != Py_None)
+        PyErr_SetObject(typ, args[1]);
+    else if (PyExceptionInstance_Check(typ))
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    else if (PyExceptionClass_Check(typ))
+        PyErr_SetNone(typ);
+    else
+        PyErr_SetString(PyExc_TypeError, "exceptions must be classes or instances deriving from BaseException");
+    return NULL;
+}
+
+static PyObject *ready_close(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    (void)self;
+    Py_RETURN_NONE;
+}
+
+static PyObject *ready_repr(PyObject *self)
+{
+    (void)self;
+    return PyUnicode_FromString("<aiotb ready>");
+}
+
+static void ready_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef ready_methods[] = {
+    {"send", ready_send_method, METH_O, NULL},
+    {"throw", (PyCFunction)(void (*)(void))ready_throw, METH_FASTCALL, NULL},
+    {"close", ready_close, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot ready_slots[] = {
+    {Py_am_await, PyObject_SelfIter},
+    {Py_am_send, ready_send},
+    {Py_tp_iter, PyObject_SelfIter},
+    {Py_tp_iternext, ready_next},
+    {Py_tp_methods, ready_methods},
+    {Py_tp_repr, ready_repr},
+    {Py_tp_dealloc, ready_dealloc},
+    {0, NULL},
+};
+
+static PyType_Spec ready_spec = {
+    .name = "aiotb._tokenbucket.Ready",
+    .basicsize = sizeof(PyObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = ready_slots,
+};
+
+/* ---- LoopClock: proof, for one task, that its loop's clock is CLOCK_MONOTONIC ---- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *loop;          /* the running loop it was checked on */
+    PyObject *loop_dict;     /* its instance dict, or NULL: a `time` there would be a patch */
+    PyTypeObject *loop_type; /* its class when checked: a new class may bring a new clock */
+    PyThreadState *thread;   /* the thread it runs on: a context copied to another thread has another loop */
+} ClockObject;
+
+static int clock_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    ClockObject *self = (ClockObject *)op;
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(self->loop);
+    Py_VISIT(self->loop_dict);
+    Py_VISIT(self->loop_type);
+    return 0;
+}
+
+static int clock_clear(PyObject *op)
+{
+    ClockObject *self = (ClockObject *)op;
+    Py_CLEAR(self->loop);
+    Py_CLEAR(self->loop_dict);
+    Py_CLEAR(self->loop_type);
+    return 0;
+}
+
+static void clock_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    (void)clock_clear(op);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot clock_slots[] = {
+    {Py_tp_traverse, clock_traverse},
+    {Py_tp_clear, clock_clear},
+    {Py_tp_dealloc, clock_dealloc},
+    {0, NULL},
+};
+
+static PyType_Spec clock_spec = {
+    .name = "aiotb._tokenbucket.LoopClock",
+    .basicsize = sizeof(ClockObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = clock_slots,
+};
+
+/* ---- Bucket ---- */
+
+typedef struct {
+    PyObject_HEAD
+    tb_state *state;    /* borrowed: the type keeps its module alive */
+    tb_bucket core;
+    double max_rate;
+    double time_period;
+    bool compat;        /* aiolimiter's AsyncLimiter: smallest first, its error text, no timeout */
+    bool has_last;      /* last_now holds a reading */
+    tb_ns last_now;     /* the latest reading of the clock */
+    PyObject *domain;   /* the loop whose own clock core times are on; NULL: CLOCK_MONOTONIC */
+} BucketObject;
+
+// CLOCK_MONOTONIC now, in nanoseconds.
+static tb_ns monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (tb_ns)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// Converts a loop time in seconds to nanoseconds (round half up); 0, or -1 with RuntimeError.
+static int seconds_to_ns(double seconds, tb_ns *ns)
+{
+    if (!(isfinite(seconds) && fabs(seconds) < (double)TB_MAX_SPAN / 1e9)) {
+        PyObject *value = PyFloat_FromDouble(seconds);
+        if (value) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "the event loop's clock returned %R, which is not a usable time", value);
+            Py_DECREF(value);
+        }
+        return -1;
+    }
+    *ns = (tb_ns)floor(seconds * 1e9 + 0.5);
+    return 0;
+}
+
+// The earliest loop time in seconds that reads as ns or later.
+static double ns_to_seconds(tb_ns ns)
+{
+    double seconds = (double)ns / 1e9;
+    while ((tb_ns)floor(seconds * 1e9 + 0.5) < ns)
+        seconds = nextafter(seconds, INFINITY);
+    return seconds;
+}
+
+// Whether the remembered clock proof still holds here: same thread, class, and no patched `time`. -1 on error.
+static int clock_still_valid(tb_state *st, ClockObject *clock)
+{
+    if (clock->thread != PyThreadState_Get() || Py_TYPE(clock->loop) != clock->loop_type)
+        return 0;
+    if (clock->loop_dict == NULL)
+        return 1;
+    PyObject *patched = PyDict_GetItemWithError(clock->loop_dict, st->str_time);
+    if (patched == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    return 0;
+}
+
+// Remembers in this task's context that loop's clock is CLOCK_MONOTONIC. 0, or -1 with an exception.
+static int remember_clock(tb_state *st, PyObject *loop)
+{
+    ClockObject *clock = PyObject_GC_New(ClockObject, st->clock_type);
+    if (clock == NULL)
+        return -1;
+    clock->loop = Py_NewRef(loop);
+    clock->loop_type = (PyTypeObject *)Py_NewRef(Py_TYPE(loop));
+    clock->thread = PyThreadState_Get();
+    clock->loop_dict = PyObject_GenericGetDict(loop, NULL);
+    if (clock->loop_dict == NULL) {  /* a loop without instance dict cannot be patched per instance */
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            Py_DECREF(clock);
+            return -1;
+        }
+        PyErr_Clear();
+    }
+    PyObject_GC_Track((PyObject *)clock);
+    PyObject *token = PyContextVar_Set(st->clock_var, (PyObject *)clock);
+    Py_DECREF(clock);
+    if (token == NULL)
+        return -1;
+    Py_DECREF(token);
+    return 0;
+}
+
+// Reads the running loop's clock the long way; *domain gets a new reference to the loop
+// when its clock is its own, else NULL. 0, or -1 with an exception.
+static int read_clock_slow(tb_state *st, tb_ns *now, PyObject **domain)
+{
+    *domain = NULL;
+    PyObject *loop = PyObject_CallNoArgs(st->get_running_loop);
+    if (loop == NULL)
+        return -1;
+    if (loop == Py_None) {  /* outside a loop: asyncio's default clock */
+        Py_DECREF(loop);
+        *now = monotonic_ns();
+        return 0;
+    }
+    int rc = -1;
+    PyObject *verdict = PyObject_CallOneArg(st->is_monotonic_loop, loop);
+    if (verdict == NULL)
+        goto done;
+    int monotonic = PyObject_IsTrue(verdict);
+    Py_DECREF(verdict);
+    if (monotonic < 0)
+        goto done;
+    if (monotonic) {
+        if (remember_clock(st, loop) < 0)
+            goto done;
+        *now = monotonic_ns();
+        rc = 0;
+        goto done;
+    }
+    PyObject *seconds = PyObject_CallMethodNoArgs(loop, st->str_time);
+    if (seconds == NULL)
+        goto done;
+    double value = PyFloat_AsDouble(seconds);
+    Py_DECREF(seconds);
+    if ((value == -1.0 && PyErr_Occurred()) || seconds_to_ns(value, now) < 0)
+        goto done;
+    *domain = Py_NewRef(loop);
+    rc = 0;
+done:
+    Py_DECREF(loop);
+    return rc;
+}
+
+// The running loop's time in ns, moving the core onto that clock if it changed. 0, or -1 with an exception.
+static int bucket_now(BucketObject *self, tb_ns *now)
+{
+    tb_state *st = self->state;
+    PyObject *clock;
+    if (PyContextVar_Get(st->clock_var, NULL, &clock) < 0)
+        return -1;
+    PyObject *domain = NULL;
+    int valid = clock ? clock_still_valid(st, (ClockObject *)clock) : 0;
+    Py_XDECREF(clock);  /* the context still holds it */
+    if (valid < 0)
+        return -1;
+    if (valid)
+        *now = monotonic_ns();
+    else if (read_clock_slow(st, now, &domain) < 0)
+        return -1;
+    if (domain != self->domain) {
+        if (self->has_last)
+            tb_rebase(&self->core, self->last_now, *now);
+        Py_XSETREF(self->domain, Py_XNewRef(domain));
+    }
+    Py_XDECREF(domain);
+    self->last_now = *now;
+    self->has_last = true;
+    return 0;
+}
+
+// Converts a real number (not bool) to double; 0, or -1 with TypeError naming the parameter.
+static int real_number(tb_state *st, const char *name, PyObject *value, double *out)
+{
+    if (PyBool_Check(value))
+        goto wrong_type;
+    if (!PyFloat_Check(value) && !PyLong_Check(value)) {
+        int real = PyObject_IsInstance(value, st->real_type);
+        if (real < 0)
+            return -1;
+        if (!real)
+            goto wrong_type;
+    }
+    *out = PyFloat_AsDouble(value);
+    if (*out == -1.0 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return -1;
+        PyErr_Clear();
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL)
+            return -1;
+        int positive = PyObject_RichCompareBool(value, zero, Py_GT);
+        Py_DECREF(zero);
+        if (positive < 0)
+            return -1;
+        *out = positive ? INFINITY : -INFINITY;
+    }
+    return 0;
+wrong_type:
+    PyErr_Format(PyExc_TypeError, "%s must be a real number, got %R", name, value);
+    return -1;
+}
+
+// A finite number > 0; 0, or -1 with TypeError/ValueError naming the parameter.
+static int positive_number(tb_state *st, const char *name, PyObject *value, double *out)
+{
+    if (real_number(st, name, value, out) < 0)
+        return -1;
+    if (!(*out > 0 && isfinite(*out))) {
+        PyErr_Format(PyExc_ValueError, "%s must be finite and > 0, got %R", name, value);
+        return -1;
+    }
+    return 0;
+}
+
+// Raises ValueError with a message that ends in the repr of a double.
+static void value_error_with(const char *format, double number, PyObject *value)
+{
+    PyObject *shown = PyFloat_FromDouble(number);
+    if (shown) {
+        PyErr_Format(PyExc_ValueError, format, shown, value);
+        Py_DECREF(shown);
+    }
+}
+
+// A valid amount for this bucket: > 0 and <= burst. 0, or -1 with an exception.
+static int parse_amount(BucketObject *self, PyObject *value, double *out)
+{
+    if (PyFloat_CheckExact(value))
+        *out = PyFloat_AS_DOUBLE(value);
+    else if (real_number(self->state, "amount", value, out) < 0)
+        return -1;
+    if (*out > self->core.rate.burst) {
+        if (self->compat)
+            PyErr_SetString(PyExc_ValueError, "Can't acquire more than the maximum capacity");
+        else
+            value_error_with("amount must not exceed burst (%R), got %R", self->core.rate.burst, value);
+        return -1;
+    }
+    if (!(*out > 0)) {
+        PyErr_Format(PyExc_ValueError, "amount must be finite and > 0, got %R", value);
+        return -1;
+    }
+    return 0;
+}
+
+// A timeout in seconds, or -1.0 for none. 0, or -1 with an exception.
+static int parse_timeout(BucketObject *self, PyObject *value, double *out)
+{
+    *out = -1.0;
+    if (value == Py_None)
+        return 0;
+    double x;
+    if (real_number(self->state, "timeout", value, &x) < 0)
+        return -1;
+    if (!(x >= 0)) {
+        PyErr_Format(PyExc_ValueError, "timeout must be None or >= 0, got %R", value);
+        return -1;
+    }
+    if (self->compat) {
+        PyErr_SetString(PyExc_TypeError,
+                        "AsyncLimiter.acquire() takes no timeout; use aiotb.Limiter for timeouts");
+        return -1;
+    }
+    if (x < (double)TB_MAX_SPAN / 1e9)
+        *out = x;
+    return 0;
+}
+
+// Hands a request that must wait to the glue: returns self._wait(amount, timeout), a coroutine.
+static PyObject *wait_for_grant(BucketObject *self, double amount, PyObject *timeout)
+{
+    PyObject *how_much = PyFloat_FromDouble(amount);
+    if (how_much == NULL)
+        return NULL;
+    PyObject *args[] = {(PyObject *)self, how_much, timeout};
+    PyObject *waiting = PyObject_VectorcallMethod(
+        self->state->str_wait, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(how_much);
+    return waiting;
+}
+
+static PyObject *bucket_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"max_rate", "time_period", "burst", "initial", "fair", "compat", NULL};
+    PyObject *max_rate_arg, *period_arg = NULL, *burst_arg = Py_None, *initial_arg = Py_None;
+    PyObject *fair_arg = Py_True, *compat_arg = Py_False;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOOOO:Bucket", keywords, &max_rate_arg,
+                                     &period_arg, &burst_arg, &initial_arg, &fair_arg, &compat_arg))
+        return NULL;
+    PyObject *module = PyType_GetModuleByDef(type, &tokenbucket_module);
+    if (module == NULL)
+        return NULL;
+    tb_state *st = PyModule_GetState(module);
+
+    double max_rate, time_period = 60, burst, initial;
+    if (positive_number(st, "max_rate", max_rate_arg, &max_rate) < 0)
+        return NULL;
+    if (period_arg && positive_number(st, "time_period", period_arg, &time_period) < 0)
+        return NULL;
+    if (!PyBool_Check(fair_arg))
+        return PyErr_Format(PyExc_TypeError, "fair must be a bool, got %R", fair_arg);
+    if (!PyBool_Check(compat_arg))
+        return PyErr_Format(PyExc_TypeError, "compat must be a bool, got %R", compat_arg);
+    bool compat = compat_arg == Py_True;
+    if (burst_arg == Py_None) {
+        burst = compat || max_rate >= 1 ? max_rate : 1.0;
+    } else {
+        if (positive_number(st, "burst", burst_arg, &burst) < 0)
+            return NULL;
+        if (burst < 1)
+            return PyErr_Format(PyExc_ValueError, "burst must be >= 1, the default amount, got %R", burst_arg);
+    }
+    if (initial_arg == Py_None) {
+        initial = burst;
+    } else {
+        if (real_number(st, "initial", initial_arg, &initial) < 0)
+            return NULL;
+        if (!(0 <= initial && initial <= burst)) {
+            value_error_with("initial must be between 0 and burst (%R), got %R", burst, initial_arg);
+            return NULL;
+        }
+    }
+    double ns_per_token = time_period * 1e9 / max_rate;
+    if (!(ns_per_token > 0 && isfinite(ns_per_token)))
+        return PyErr_Format(PyExc_ValueError, "max_rate / time_period is out of range: %R / %R",
+                            max_rate_arg, period_arg ? period_arg : Py_None);
+    if (!(burst * ns_per_token <= (double)TB_MAX_SPAN)) {
+        PyObject *shown = PyFloat_FromDouble(burst);
+        if (shown) {
+            PyErr_Format(PyExc_ValueError, "burst %R would take over 73 years to refill at %R per %R s",
+                         shown, max_rate_arg, period_arg ? period_arg : Py_None);
+            Py_DECREF(shown);
+        }
+        return NULL;
+    }
+
+    BucketObject *self = (BucketObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->state = st;
+    if (tb_init(&self->core, ns_per_token, burst, initial, fair_arg == Py_True,
+                compat ? TB_SMALLEST_FIRST : TB_FIFO) != TB_OK) {
+        Py_DECREF(self);
+        return PyErr_Format(PyExc_SystemError, "tb_init rejected validated parameters");
+    }
+    self->max_rate = max_rate;
+    self->time_period = time_period;
+    self->compat = compat;
+    return (PyObject *)self;
+}
+
+static int bucket_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    BucketObject *self = (BucketObject *)op;
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(self->domain);
+    for (uint32_t s = self->core.head; s != TB_NIL; s = self->core.slots[s].next)
+        Py_VISIT((PyObject *)self->core.slots[s].handle);
+    return 0;
+}
+
+// Drops every queued waiter's handle; the waiters are forgotten, not granted.
+static void drop_waiters(BucketObject *self)
+{
+    while (self->core.head != TB_NIL) {
+        PyObject *handle = tb_pop_head(&self->core, self->last_now, false);
+        Py_DECREF(handle);
+    }
+}
+
+static int bucket_clear(PyObject *op)
+{
+    BucketObject *self = (BucketObject *)op;
+    drop_waiters(self);
+    Py_CLEAR(self->domain);
+    return 0;
+}
+
+static void bucket_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    (void)bucket_clear(op);
+    tb_release(&((BucketObject *)op)->core);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+// __aenter__(): the ready awaitable if a token is granted now, else the glue's wait.
+static PyObject *bucket_aenter(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    BucketObject *self = (BucketObject *)op;
+    tb_ns now;
+    if (bucket_now(self, &now) < 0)
+        return NULL;
+    if (tb_take(&self->core, 1.0, now))
+        return Py_NewRef(self->state->ready);
+    return wait_for_grant(self, 1.0, Py_None);
+}
+
+// __aexit__(*exc_info): nothing to give back; tokens pace starts, not durations.
+static PyObject *bucket_aexit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)args, (void)nargs;
+    return Py_NewRef(((BucketObject *)op)->state->ready);
+}
+
+// Unpacks (amount=1, timeout=None) from a vectorcall; 0, or -1 with TypeError.
+static int amount_and_timeout(const char *method, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames, bool takes_timeout, PyObject **amount, PyObject **timeout)
+{
+    Py_ssize_t most = takes_timeout ? 2 : 1;
+    if (nargs > most) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %zd arguments (%zd given)", method, most, nargs);
+        return -1;
+    }
+    if (nargs > 0)
+        *amount = args[0];
+    if (nargs > 1)
+        *timeout = args[1];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+        PyObject **slot = NULL;
+        if (PyUnicode_CompareWithASCIIString(key, "amount") == 0 && nargs < 1)
+            slot = amount;
+        else if (takes_timeout && PyUnicode_CompareWithASCIIString(key, "timeout") == 0 && nargs < 2)
+            slot = timeout;
+        if (slot == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected or repeated keyword argument %R", method, key);
+            return -1;
+        }
+        *slot = args[nargs + i];
+    }
+    return 0;
+}
+
+// acquire(amount=1, timeout=None): the ready awaitable if granted now, else the glue's wait.
+static PyObject *bucket_acquire(PyObject *op, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    BucketObject *self = (BucketObject *)op;
+    PyObject *amount_arg = NULL, *timeout_arg = Py_None;
+    double amount = 1.0, timeout;
+    if (amount_and_timeout("acquire", args, PyVectorcall_NARGS(nargsf), kwnames, true, &amount_arg, &timeout_arg) < 0)
+        return NULL;
+    if (amount_arg && parse_amount(self, amount_arg, &amount) < 0)
+        return NULL;
+    if (parse_timeout(self, timeout_arg, &timeout) < 0)
+        return NULL;
+    tb_ns now;
+    if (bucket_now(self, &now) < 0)
+        return NULL;
+    if (tb_take(&self->core, amount, now))
+        return Py_NewRef(self->state->ready);
+    if (timeout < 0)
+        return wait_for_grant(self, amount, Py_None);
+    PyObject *limit = PyFloat_FromDouble(timeout);
+    if (limit == NULL)
+        return NULL;
+    PyObject *waiting = wait_for_grant(self, amount, limit);
+    Py_DECREF(limit);
+    return waiting;
+}
+
+// Shared by try_acquire and has_capacity: parses amount and reads the clock. 0, or -1.
+static int amount_now(BucketObject *self, const char *method, PyObject *const *args, Py_ssize_t nargsf,
+                      PyObject *kwnames, double *amount, tb_ns *now)
+{
+    PyObject *amount_arg = NULL, *unused = NULL;
+    *amount = 1.0;
+    if (amount_and_timeout(method, args, PyVectorcall_NARGS(nargsf), kwnames, false, &amount_arg, &unused) < 0)
+        return -1;
+    if (amount_arg && parse_amount(self, amount_arg, amount) < 0)
+        return -1;
+    return bucket_now(self, now);
+}
+
+// try_acquire(amount=1) -> bool: takes the tokens now, or returns False.
+static PyObject *bucket_try_acquire(PyObject *op, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    BucketObject *self = (BucketObject *)op;
+    double amount;
+    tb_ns now;
+    if (amount_now(self, "try_acquire", args, nargsf, kwnames, &amount, &now) < 0)
+        return NULL;
+    return PyBool_FromLong(tb_take(&self->core, amount, now));
+}
+
+// has_capacity(amount=1) -> bool: whether acquire(amount) would go through now; takes nothing.
+static PyObject *bucket_has_capacity(PyObject *op, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    BucketObject *self = (BucketObject *)op;
+    double amount;
+    tb_ns now;
+    if (amount_now(self, "has_capacity", args, nargsf, kwnames, &amount, &now) < 0)
+        return NULL;
+    return PyBool_FromLong(tb_can_take(&self->core, amount, now));
+}
+
+// _enqueue(amount, timeout, handle) -> id: queues a waiter; TimeoutError if it cannot be granted in time.
+static PyObject *bucket_enqueue(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    BucketObject *self = (BucketObject *)op;
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "_enqueue() takes 3 arguments (%zd given)", nargs);
+    double amount = PyFloat_AsDouble(args[0]);
+    if (amount == -1.0 && PyErr_Occurred())
+        return NULL;
+    tb_ns now, deadline = TB_NEVER;
+    if (bucket_now(self, &now) < 0)
+        return NULL;
+    if (args[1] != Py_None) {
+        double timeout = PyFloat_AsDouble(args[1]);
+        tb_ns span;
+        if ((timeout == -1.0 && PyErr_Occurred()) || seconds_to_ns(timeout, &span) < 0)
+            return NULL;
+        deadline = now + span;
+    }
+    tb_id id;
+    switch (tb_enqueue(&self->core, amount, now, deadline, args[2], &id)) {
+    case TB_OK:
+        Py_INCREF(args[2]);
+        return PyLong_FromUnsignedLongLong(id);
+    case TB_ETOOLATE:
+        return PyErr_Format(PyExc_TimeoutError, "%R tokens cannot be granted within %R s", args[0], args[1]);
+    case TB_ENOMEM:
+        return PyErr_NoMemory();
+    default:
+        return PyErr_Format(PyExc_ValueError, "a deadline needs first-come-first-served order");
+    }
+}
+
+// _withdraw(id) -> bool: removes a waiter that was not granted; False if it is no longer queued.
+static PyObject *bucket_withdraw(PyObject *op, PyObject *arg)
+{
+    BucketObject *self = (BucketObject *)op;
+    unsigned long long id = PyLong_AsUnsignedLongLong(arg);
+    if (id == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    PyObject *handle = tb_withdraw(&self->core, (tb_id)id);
+    Py_XDECREF(handle);
+    return PyBool_FromLong(handle != NULL);
+}
+
+// _ready_head() -> handle or None: the head waiter if it can be granted now.
+static PyObject *bucket_ready_head(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    BucketObject *self = (BucketObject *)op;
+    tb_ns now;
+    if (bucket_now(self, &now) < 0)
+        return NULL;
+    PyObject *handle = tb_ready_head(&self->core, now);
+    return Py_NewRef(handle ? handle : Py_None);
+}
+
+// _pop_head(grant) -> handle: removes the head waiter, taking its tokens now if grant.
+static PyObject *bucket_pop_head(PyObject *op, PyObject *arg)
+{
+    BucketObject *self = (BucketObject *)op;
+    int grant = PyObject_IsTrue(arg);
+    if (grant < 0)
+        return NULL;
+    if (self->core.head == TB_NIL) {
+        PyErr_SetString(PyExc_IndexError, "no waiter is queued");
+        return NULL;
+    }
+    tb_ns now;
+    if (bucket_now(self, &now) < 0)
+        return NULL;
+    return tb_pop_head(&self->core, now, grant);  /* the queue's reference passes to the caller */
+}
+
+// _head_ready_at() -> float or None: the loop time at which the head waiter can be granted.
+static PyObject *bucket_head_ready_at(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    BucketObject *self = (BucketObject *)op;
+    tb_ns now;
+    if (bucket_now(self, &now) < 0)
+        return NULL;
+    tb_ns at = tb_head_ready_at(&self->core, now);
+    if (at == TB_NEVER)
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble(ns_to_seconds(at));
+}
+
+// _refund(amount): gives back tokens granted to a waiter that never used them.
+static PyObject *bucket_refund(PyObject *op, PyObject *arg)
+{
+    BucketObject *self = (BucketObject *)op;
+    double amount = PyFloat_AsDouble(arg);
+    if (amount == -1.0 && PyErr_Occurred())
+        return NULL;
+    tb_ns now;
+    if (bucket_now(self, &now) < 0)
+        return NULL;
+    tb_refund(&self->core, amount, now);
+    Py_RETURN_NONE;
+}
+
+static PyObject *bucket_get_max_rate(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyFloat_FromDouble(((BucketObject *)op)->max_rate);
+}
+
+static PyObject *bucket_get_time_period(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyFloat_FromDouble(((BucketObject *)op)->time_period);
+}
+
+static PyObject *bucket_get_burst(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyFloat_FromDouble(((BucketObject *)op)->core.rate.burst);
+}
+
+static PyObject *bucket_get_rate(PyObject *op, void *closure)
+{
+    (void)closure;
+    BucketObject *self = (BucketObject *)op;
+    return PyFloat_FromDouble(self->max_rate / self->time_period);
+}
+
+static PyObject *bucket_get_fair(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(((BucketObject *)op)->core.fair);
+}
+
+static PyObject *bucket_get_tokens(PyObject *op, void *closure)
+{
+    (void)closure;
+    BucketObject *self = (BucketObject *)op;
+    tb_ns now;
+    if (bucket_now(self, &now) < 0)
+        return NULL;
+    return PyFloat_FromDouble(tb_tokens(&self->core, now));
+}
+
+static PyObject *bucket_get_waiting(PyObject *op, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSize_t(((BucketObject *)op)->core.waiting);
+}
+
+static PyGetSetDef bucket_getset[] = {
+    {"max_rate", bucket_get_max_rate, NULL, "Tokens per time_period.", NULL},
+    {"time_period", bucket_get_time_period, NULL, "The period of max_rate, in seconds.", NULL},
+    {"burst", bucket_get_burst, NULL, "Capacity: the most tokens available at once.", NULL},
+    {"rate", bucket_get_rate, NULL, "Refill rate in tokens per second.", NULL},
+    {"fair", bucket_get_fair, NULL, "Whether newcomers queue behind waiters.", NULL},
+    {"tokens", bucket_get_tokens, NULL, "Tokens available now.", NULL},
+    {"waiting", bucket_get_waiting, NULL, "Number of queued waiters.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef bucket_methods[] = {
+    {"__aenter__", bucket_aenter, METH_NOARGS, NULL},
+    {"__aexit__", (PyCFunction)(void (*)(void))bucket_aexit, METH_FASTCALL, NULL},
+    {"acquire", (PyCFunction)(void (*)(void))bucket_acquire, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"try_acquire", (PyCFunction)(void (*)(void))bucket_try_acquire, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"has_capacity", (PyCFunction)(void (*)(void))bucket_has_capacity, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"_enqueue", (PyCFunction)(void (*)(void))bucket_enqueue, METH_FASTCALL, NULL},
+    {"_withdraw", bucket_withdraw, METH_O, NULL},
+    {"_ready_head", bucket_ready_head, METH_NOARGS, NULL},
+    {"_pop_head", bucket_pop_head, METH_O, NULL},
+    {"_head_ready_at", bucket_head_ready_at, METH_NOARGS, NULL},
+    {"_refund", bucket_refund, METH_O, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot bucket_slots[] = {
+    {Py_tp_new, bucket_new},
+    {Py_tp_traverse, bucket_traverse},
+    {Py_tp_clear, bucket_clear},
+    {Py_tp_dealloc, bucket_dealloc},
+    {Py_tp_methods, bucket_methods},
+    {Py_tp_getset, bucket_getset},
+    {Py_tp_doc, (void *)"The limiter's engine: token bucket, clock and fast path; "
+                        "subclasses provide the slow path as _wait(amount, timeout)."},
+    {0, NULL},
+};
+
+static PyType_Spec bucket_spec = {
+    .name = "aiotb._tokenbucket.Bucket",
+    .basicsize = sizeof(BucketObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = bucket_slots,
+};
+
+/* ---- the module ---- */
+
+// Returns a new reference to module.attribute, importing the module.
+static PyObject *import_attribute(const char *module_name, const char *attribute)
+{
+    PyObject *module = PyImport_ImportModule(module_name);
+    if (module == NULL)
+        return NULL;
+    PyObject *value = PyObject_GetAttrString(module, attribute);
+    Py_DECREF(module);
+    return value;
+}
+
+static int tokenbucket_exec(PyObject *module)
+{
+    tb_state *st = PyModule_GetState(module);
+    st->ready_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &ready_spec, NULL);
+    st->clock_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &clock_spec, NULL);
+    st->bucket_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &bucket_spec, NULL);
+    if (!st->ready_type || !st->clock_type || !st->bucket_type)
+        return -1;
+    st->ready = PyType_GenericAlloc(st->ready_type, 0);
+    st->clock_var = PyContextVar_New("aiotb_loop_clock", NULL);
+    st->get_running_loop = import_attribute("asyncio.events", "_get_running_loop");
+    st->is_monotonic_loop = import_attribute("aiotb._clock", "is_monotonic_loop");
+    st->real_type = import_attribute("numbers", "Real");
+    st->str_time = PyUnicode_InternFromString("time");
+    st->str_wait = PyUnicode_InternFromString("_wait");
+    if (!st->ready || !st->clock_var || !st->get_running_loop || !st->is_monotonic_loop ||
+        !st->real_type || !st->str_time || !st->str_wait)
+        return -1;
+    if (PyModule_AddType(module, st->bucket_type) < 0 ||
+        PyModule_AddObjectRef(module, "READY", st->ready) < 0 ||
+        PyModule_AddStringConstant(module, "IMPLEMENTATION", "c") < 0)
+        return -1;
+    PyObject *max_span = PyLong_FromLongLong(TB_MAX_SPAN);
+    int rc = max_span ? PyModule_AddObjectRef(module, "MAX_SPAN", max_span) : -1;
+    Py_XDECREF(max_span);
+    return rc;
+}
+
+static int tokenbucket_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    tb_state *st = PyModule_GetState(module);
+    Py_VISIT(st->bucket_type);
+    Py_VISIT(st->ready_type);
+    Py_VISIT(st->clock_type);
+    Py_VISIT(st->ready);
+    Py_VISIT(st->clock_var);
+    Py_VISIT(st->get_running_loop);
+    Py_VISIT(st->is_monotonic_loop);
+    Py_VISIT(st->real_type);
+    return 0;
+}
+
+static int tokenbucket_clear(PyObject *module)
+{
+    tb_state *st = PyModule_GetState(module);
+    Py_CLEAR(st->bucket_type);
+    Py_CLEAR(st->ready_type);
+    Py_CLEAR(st->clock_type);
+    Py_CLEAR(st->ready);
+    Py_CLEAR(st->clock_var);
+    Py_CLEAR(st->get_running_loop);
+    Py_CLEAR(st->is_monotonic_loop);
+    Py_CLEAR(st->real_type);
+    Py_CLEAR(st->str_time);
+    Py_CLEAR(st->str_wait);
+    return 0;
+}
+
+static void tokenbucket_free(void *module)
+{
+    (void)tokenbucket_clear((PyObject *)module);
+}
+
+static PyModuleDef_Slot tokenbucket_slots[] = {
+    {Py_mod_exec, tokenbucket_exec},
+    {0, NULL},
+};
+
+static PyModuleDef tokenbucket_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "aiotb._tokenbucket",
+    .m_doc = "The C engine of aiotb: a token bucket with a fair waiter queue.",
+    .m_size = sizeof(tb_state),
+    .m_slots = tokenbucket_slots,
+    .m_traverse = tokenbucket_traverse,
+    .m_clear = tokenbucket_clear,
+    .m_free = tokenbucket_free,
+};
+
+PyMODINIT_FUNC PyInit__tokenbucket(void)
+{
+    return PyModuleDef_Init(&tokenbucket_module);
+}
