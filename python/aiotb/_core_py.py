@@ -353,6 +353,8 @@ class Bucket:
         x = _real("timeout", timeout)
         if not (x >= 0):
             raise ValueError(f"timeout must be None or >= 0, got {timeout!r}")
+        if self._compat:
+            raise TypeError("AsyncLimiter.acquire() takes no timeout; use aiotb.Limiter for timeouts")
         return None if x >= MAX_SPAN / 1e9 else x
 
     # ---- the public surface ----
@@ -393,14 +395,14 @@ class Bucket:
     def __aexit__(self, *exc_info: object) -> Any:
         return READY
 
-    def acquire(self, amount: float = 1, timeout: float | None = None) -> Any:
+    def acquire(self, amount: float = 1, timeout: float | None = None) -> Coroutine[Any, Any, None]:
         x = self._amount(amount)
         limit = self._timeout(timeout)
-        if self._compat and limit is not None:
-            raise TypeError("AsyncLimiter.acquire() takes no timeout; use aiotb.Limiter for timeouts")
-        if self._core.take(x, self._now()):
-            return READY
-        return self._wait(x, limit)
+        return self._acquisition(x, limit)
+
+    async def _acquisition(self, amount: float, timeout: float | None) -> None:
+        if not self._core.take(amount, self._now()):
+            await self._wait(amount, timeout)
 
     def try_acquire(self, amount: float = 1) -> bool:
         return self._core.take(self._amount(amount), self._now())

@@ -20,6 +20,7 @@ typedef struct {
     PyTypeObject *bucket_type;
     PyTypeObject *ready_type;
     PyTypeObject *clock_type;
+    PyTypeObject *acquisition_type;
     PyObject *ready;             /* the one done awaitable */
     PyObject *clock_var;         /* ContextVar: this task's LoopClock, if its loop is monotonic */
     PyObject *get_running_loop;  /* asyncio.events._get_running_loop */
@@ -27,6 +28,8 @@ typedef struct {
     PyObject *real_type;         /* numbers.Real */
     PyObject *str_time;
     PyObject *str_wait;
+    PyObject *str_throw;
+    PyObject *str_close;
 } tb_state;
 
 /* ---- the done awaitable ---- */
@@ -593,7 +596,166 @@ static int amount_and_timeout(const char *method, PyObject *const *args, Py_ssiz
     return 0;
 }
 
-// acquire(amount=1, timeout=None): the ready awaitable if granted now, else the glue's wait.
+/* ---- Acquisition: what acquire() returns; takes tokens only once awaited ---- */
+
+typedef struct {
+    PyObject_HEAD
+    BucketObject *bucket;
+    double amount;
+    PyObject *timeout;  /* float seconds or None */
+    PyObject *waiting;  /* the glue's wait coroutine, once the fast path failed */
+    bool started;       /* awaited (or thrown into) at least once */
+} AcquisitionObject;
+
+// am_send: on the first send, grants at once or starts the glue's wait; then delegates to it.
+static PySendResult acquisition_send(PyObject *op, PyObject *arg, PyObject **result)
+{
+    AcquisitionObject *self = (AcquisitionObject *)op;
+    if (!self->started) {
+        self->started = true;
+        BucketObject *bucket = self->bucket;
+        tb_ns now;
+        if (bucket_now(bucket, &now) < 0) {
+            *result = NULL;
+            return PYGEN_ERROR;
+        }
+        if (tb_take(&bucket->core, self->amount, now)) {
+            *result = Py_NewRef(Py_None);
+            return PYGEN_RETURN;
+        }
+        self->waiting = wait_for_grant(bucket, self->amount, self->timeout);
+        if (self->waiting == NULL) {
+            *result = NULL;
+            return PYGEN_ERROR;
+        }
+    }
+    if (self->waiting == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited acquire()");
+        *result = NULL;
+        return PYGEN_ERROR;
+    }
+    return PyIter_Send(self->waiting, arg, result);
+}
+
+// tp_iternext: one step, as send(None).
+static PyObject *acquisition_next(PyObject *op)
+{
+    PyObject *result;
+    switch (acquisition_send(op, Py_None, &result)) {
+    case PYGEN_NEXT:
+        return result;
+    case PYGEN_RETURN:
+        if (result != Py_None) {
+            PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, result);
+            if (stop != NULL) {
+                PyErr_SetObject(PyExc_StopIteration, stop);
+                Py_DECREF(stop);
+            }
+        }
+        Py_DECREF(result);
+        return NULL;
+    default:
+        return NULL;
+    }
+}
+
+// send(value): one step; StopIteration when done.
+static PyObject *acquisition_send_method(PyObject *op, PyObject *value)
+{
+    PyObject *result;
+    switch (acquisition_send(op, value, &result)) {
+    case PYGEN_NEXT:
+        return result;
+    case PYGEN_RETURN:
+        Py_DECREF(result);
+        PyErr_SetNone(PyExc_StopIteration);
+        return NULL;
+    default:
+        return NULL;
+    }
+}
+
+// throw(...): before the first step it raises what it is given, having taken nothing; later the wait handles it.
+static PyObject *acquisition_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    AcquisitionObject *self = (AcquisitionObject *)op;
+    if (self->waiting == NULL) {
+        self->started = true;
+        return ready_throw(op, args, nargs);
+    }
+    PyObject *call[4] = {self->waiting};
+    for (Py_ssize_t i = 0; i < nargs && i < 3; i++)
+        call[i + 1] = args[i];
+    return PyObject_VectorcallMethod(self->bucket->state->str_throw, call,
+                                     (size_t)(nargs < 3 ? nargs : 3) + 1, NULL);
+}
+
+// close(): closes the wait, if one was started.
+static PyObject *acquisition_close(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    AcquisitionObject *self = (AcquisitionObject *)op;
+    self->started = true;
+    if (self->waiting == NULL)
+        Py_RETURN_NONE;
+    return PyObject_CallMethodNoArgs(self->waiting, self->bucket->state->str_close);
+}
+
+static int acquisition_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    AcquisitionObject *self = (AcquisitionObject *)op;
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(self->bucket);
+    Py_VISIT(self->timeout);
+    Py_VISIT(self->waiting);
+    return 0;
+}
+
+static int acquisition_clear(PyObject *op)
+{
+    AcquisitionObject *self = (AcquisitionObject *)op;
+    Py_CLEAR(self->bucket);
+    Py_CLEAR(self->timeout);
+    Py_CLEAR(self->waiting);
+    return 0;
+}
+
+static void acquisition_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    (void)acquisition_clear(op);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef acquisition_methods[] = {
+    {"send", acquisition_send_method, METH_O, NULL},
+    {"throw", (PyCFunction)(void (*)(void))acquisition_throw, METH_FASTCALL, NULL},
+    {"close", acquisition_close, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot acquisition_slots[] = {
+    {Py_am_await, PyObject_SelfIter},
+    {Py_am_send, acquisition_send},
+    {Py_tp_iter, PyObject_SelfIter},
+    {Py_tp_iternext, acquisition_next},
+    {Py_tp_methods, acquisition_methods},
+    {Py_tp_traverse, acquisition_traverse},
+    {Py_tp_clear, acquisition_clear},
+    {Py_tp_dealloc, acquisition_dealloc},
+    {0, NULL},
+};
+
+static PyType_Spec acquisition_spec = {
+    .name = "aiotb._tokenbucket.Acquisition",
+    .basicsize = sizeof(AcquisitionObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = acquisition_slots,
+};
+
+// acquire(amount=1, timeout=None): an awaitable that takes the tokens when awaited. Arguments are checked now.
 static PyObject *bucket_acquire(PyObject *op, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
 {
     BucketObject *self = (BucketObject *)op;
@@ -605,19 +767,18 @@ static PyObject *bucket_acquire(PyObject *op, PyObject *const *args, Py_ssize_t 
         return NULL;
     if (parse_timeout(self, timeout_arg, &timeout) < 0)
         return NULL;
-    tb_ns now;
-    if (bucket_now(self, &now) < 0)
+    AcquisitionObject *acquisition = PyObject_GC_New(AcquisitionObject, self->state->acquisition_type);
+    if (acquisition == NULL)
         return NULL;
-    if (tb_take(&self->core, amount, now))
-        return Py_NewRef(self->state->ready);
-    if (timeout < 0)
-        return wait_for_grant(self, amount, Py_None);
-    PyObject *limit = PyFloat_FromDouble(timeout);
-    if (limit == NULL)
-        return NULL;
-    PyObject *waiting = wait_for_grant(self, amount, limit);
-    Py_DECREF(limit);
-    return waiting;
+    acquisition->bucket = (BucketObject *)Py_NewRef(self);
+    acquisition->amount = amount;
+    acquisition->timeout = timeout < 0 ? Py_NewRef(Py_None) : PyFloat_FromDouble(timeout);
+    acquisition->waiting = NULL;
+    acquisition->started = false;
+    PyObject_GC_Track((PyObject *)acquisition);
+    if (acquisition->timeout == NULL)
+        Py_CLEAR(acquisition);
+    return (PyObject *)acquisition;
 }
 
 // Shared by try_acquire and has_capacity: parses amount and reads the clock. 0, or -1.
@@ -866,7 +1027,8 @@ static int tokenbucket_exec(PyObject *module)
     st->ready_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &ready_spec, NULL);
     st->clock_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &clock_spec, NULL);
     st->bucket_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &bucket_spec, NULL);
-    if (!st->ready_type || !st->clock_type || !st->bucket_type)
+    st->acquisition_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &acquisition_spec, NULL);
+    if (!st->ready_type || !st->clock_type || !st->bucket_type || !st->acquisition_type)
         return -1;
     st->ready = PyType_GenericAlloc(st->ready_type, 0);
     st->clock_var = PyContextVar_New("aiotb_loop_clock", NULL);
@@ -875,8 +1037,10 @@ static int tokenbucket_exec(PyObject *module)
     st->real_type = import_attribute("numbers", "Real");
     st->str_time = PyUnicode_InternFromString("time");
     st->str_wait = PyUnicode_InternFromString("_wait");
+    st->str_throw = PyUnicode_InternFromString("throw");
+    st->str_close = PyUnicode_InternFromString("close");
     if (!st->ready || !st->clock_var || !st->get_running_loop || !st->is_monotonic_loop ||
-        !st->real_type || !st->str_time || !st->str_wait)
+        !st->real_type || !st->str_time || !st->str_wait || !st->str_throw || !st->str_close)
         return -1;
     if (PyModule_AddType(module, st->bucket_type) < 0 ||
         PyModule_AddObjectRef(module, "READY", st->ready) < 0 ||
@@ -894,6 +1058,7 @@ static int tokenbucket_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->bucket_type);
     Py_VISIT(st->ready_type);
     Py_VISIT(st->clock_type);
+    Py_VISIT(st->acquisition_type);
     Py_VISIT(st->ready);
     Py_VISIT(st->clock_var);
     Py_VISIT(st->get_running_loop);
@@ -908,6 +1073,7 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->bucket_type);
     Py_CLEAR(st->ready_type);
     Py_CLEAR(st->clock_type);
+    Py_CLEAR(st->acquisition_type);
     Py_CLEAR(st->ready);
     Py_CLEAR(st->clock_var);
     Py_CLEAR(st->get_running_loop);
@@ -915,6 +1081,8 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->real_type);
     Py_CLEAR(st->str_time);
     Py_CLEAR(st->str_wait);
+    Py_CLEAR(st->str_throw);
+    Py_CLEAR(st->str_close);
     return 0;
 }
 

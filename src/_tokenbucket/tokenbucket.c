@@ -229,9 +229,9 @@ static void link_waiter(tb_bucket *b, uint32_t slot)
 tb_status tb_enqueue(tb_bucket *b, double amount, tb_ns now, tb_ns deadline,
                      void *handle, tb_id *id)
 {
-    anchor(b, now);
     if (!positive(amount) || amount > b->rate.burst)
         return TB_EINVAL;  /* it could never be granted: tb_head_ready_at would never return */
+    anchor(b, now);
     if (deadline != TB_NEVER) {
         if (b->order != TB_FIFO)
             return TB_EINVAL;
