@@ -345,6 +345,8 @@ class Bucket:
             raise ValueError(f"amount must not exceed burst ({self._core.rate.burst!r}), got {amount!r}")
         if not (x > 0):
             raise ValueError(f"amount must be finite and > 0, got {amount!r}")
+        if x < math.ldexp(self._core.rate.burst, -50):
+            raise ValueError(f"amount must be at least burst / 2**50 to be counted exactly, got {amount!r}")
         return x
 
     def _timeout(self, timeout: object) -> float | None:

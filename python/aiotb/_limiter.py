@@ -51,13 +51,13 @@ def build(core: ModuleType) -> tuple[type, type]:
             try:
                 self._dispatch()
                 await granted
-            except BaseException:
+            except BaseException:  # cancelled, interrupted, or destroyed while waiting
                 if granted.done() and not granted.cancelled():
                     self._refund(amount)  # granted, but its task will never use it
                 else:
-                    granted.cancel()
                     self._withdraw(ident)
-                self._dispatch()
+                if self._loop is loop and not loop.is_closed():
+                    self._dispatch()  # the next waiter may go now, or later than the timer says
                 raise
 
         def _own_loop(self) -> asyncio.AbstractEventLoop:

@@ -401,6 +401,10 @@ static int parse_amount(BucketObject *self, PyObject *value, double *out)
         PyErr_Format(PyExc_ValueError, "amount must be finite and > 0, got %R", value);
         return -1;
     }
+    if (*out < ldexp(self->core.rate.burst, -50)) {
+        PyErr_Format(PyExc_ValueError, "amount must be at least burst / 2**50 to be counted exactly, got %R", value);
+        return -1;
+    }
     return 0;
 }
 

@@ -1,0 +1,341 @@
+"""The public surface of Limiter and AsyncLimiter, on both engines."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+import os
+from fractions import Fraction
+
+import pytest
+
+import aiotb
+
+from test_scenarios import ns
+
+MODULE_LIMITER = aiotb.Limiter(1, 1)  # made at import time, outside any loop
+
+
+def test_c_engine_is_the_default():
+    expected = "python" if os.environ.get("AIOTB_NO_EXTENSIONS", "") not in ("", "0") else "c"
+    assert aiotb.IMPLEMENTATION == expected
+    assert aiotb.Limiter.__mro__[1].__module__ == ("aiotb._tokenbucket" if expected == "c" else "aiotb._core_py")
+
+
+def test_attributes_and_defaults(lib):
+    limiter = lib.Limiter(100, 2)
+    assert (limiter.max_rate, limiter.time_period, limiter.burst, limiter.rate, limiter.fair) == (100, 2, 100, 50, True)
+    assert lib.Limiter(100).time_period == 60
+    assert lib.Limiter(0.5, 1).burst == 1  # a burst below the default amount of 1 would never grant it
+    assert lib.Limiter(2, 1, burst=40, initial=7).tokens == 7
+    assert lib.Limiter(100, 1, fair=False).fair is False
+    assert lib.AsyncLimiter(0.5, 1).burst == 0.5  # aiolimiter's capacity is max_rate, whatever it is
+    assert lib.AsyncLimiter(42, 81).fair is False
+    text = repr(lib.Limiter(2, 1, burst=40))
+    assert "Limiter(max_rate=2.0, time_period=1.0, burst=40.0, fair=True)" in text and "waiting=0" in text
+
+
+def test_try_acquire_never_jumps_the_queue_in_fair_mode(lib, vrun):
+    async def main() -> list[object]:
+        limiter = lib.Limiter(10, 1, initial=2)
+        waiter = asyncio.create_task(limiter.acquire(5))
+        await asyncio.sleep(0)
+        seen = [limiter.waiting, limiter.try_acquire(1), limiter.has_capacity(1), limiter.tokens]
+        await waiter
+        unfair = lib.Limiter(10, 1, initial=2, fair=False)
+        waiter = asyncio.create_task(unfair.acquire(5))
+        await asyncio.sleep(0)
+        seen += [unfair.has_capacity(1), unfair.try_acquire(1), unfair.tokens]
+        waiter.cancel()
+        return seen
+
+    assert vrun(main()) == [1, False, False, 2.0, True, True, 1.0]
+
+
+def test_has_capacity_consumes_nothing(lib, vrun):
+    async def main() -> list[object]:
+        limiter = lib.Limiter(1, 1)
+        return [limiter.has_capacity(), limiter.has_capacity(), limiter.tokens,
+                limiter.try_acquire(), limiter.has_capacity(), limiter.tokens]
+
+    assert vrun(main()) == [True, True, 1.0, True, False, 0.0]
+
+
+def test_timeout_fails_at_once_and_takes_nothing(lib, vrun):
+    async def main() -> list[object]:
+        loop = asyncio.get_running_loop()
+        limiter = lib.Limiter(10, 1, initial=0)
+        queued = asyncio.create_task(limiter.acquire(5))  # granted at 0.5 s
+        await asyncio.sleep(0)
+        before = (limiter.tokens, limiter.waiting)
+        with pytest.raises(TimeoutError):
+            await limiter.acquire(3, timeout=0.799)  # would be granted at 0.8 s
+        after = (limiter.tokens, limiter.waiting, ns(loop.time()))
+        await limiter.acquire(3, timeout=0.8)  # exactly in time
+        granted_at = ns(loop.time())
+        await queued
+        return [before, after, granted_at]
+
+    assert vrun(main()) == [(0.0, 1), (0.0, 1, 0), ns(0.8)]
+
+
+def test_zero_timeout_is_try_or_fail(lib, vrun):
+    async def main() -> list[object]:
+        limiter = lib.Limiter(1, 1)
+        await limiter.acquire(1, timeout=0)
+        with pytest.raises(TimeoutError):
+            await limiter.acquire(1, timeout=0)
+        return [limiter.tokens, limiter.waiting]
+
+    assert vrun(main()) == [0.0, 0]
+
+
+def test_acquire_takes_tokens_only_when_awaited(lib, vrun):
+    async def main() -> list[object]:
+        limiter = lib.Limiter(1, 1)
+        never_awaited = limiter.acquire()
+        never_awaited.close()
+        task = asyncio.create_task(limiter.acquire())
+        task.cancel()  # before it ever ran
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        tokens = limiter.tokens
+        result = await asyncio.wait_for(limiter.acquire(), 1)
+        async with limiter as entered:
+            pass
+        gathered = await asyncio.gather(limiter.acquire(), asyncio.ensure_future(limiter.acquire()))
+        return [tokens, result, entered, gathered, limiter.waiting]
+
+    assert vrun(main()) == [1.0, None, None, [None, None], 0]
+
+
+def test_exception_in_body_keeps_the_grant(lib, vrun):
+    async def main() -> float:
+        limiter = lib.Limiter(5, 1)
+        with pytest.raises(ZeroDivisionError):
+            async with limiter:
+                1 / 0
+        return limiter.tokens
+
+    assert vrun(main()) == 4.0
+
+
+def test_limiter_reused_across_runs_and_clocks(lib, vrun, run):
+    limiter = lib.Limiter(100, 1, burst=1)  # one token every 10 ms
+
+    async def take_two() -> int:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await limiter.acquire()
+        await limiter.acquire()
+        return round((loop.time() - start) * 1000)
+
+    assert vrun(take_two()) == 10  # virtual clock from 0: a full bucket, then one token later
+    assert vrun(take_two()) == 20  # a new virtual clock: the 10 ms of debt carries over, exactly
+    assert 19 <= run(take_two()) <= 200  # a real loop: the same, late by the loop's lateness at most
+
+
+def test_module_level_limiter(lib, vrun):
+    async def main() -> tuple[bool, bool]:
+        return MODULE_LIMITER.try_acquire(), MODULE_LIMITER.try_acquire()
+
+    if lib.name == aiotb.IMPLEMENTATION:
+        assert vrun(main()) == (True, False)
+
+
+def test_waiters_on_another_open_loop_are_an_error(lib):
+    limiter = lib.Limiter(1, 3600, initial=0)
+    first = asyncio.new_event_loop()
+    second = asyncio.new_event_loop()
+    try:
+        waiter = first.create_task(limiter.acquire())
+        first.run_until_complete(asyncio.sleep(0))
+        assert limiter.waiting == 1
+        with pytest.raises(RuntimeError, match="waiting on another event loop"):
+            second.run_until_complete(limiter.acquire())
+        waiter.cancel()
+        first.run_until_complete(asyncio.gather(waiter, return_exceptions=True))
+        assert limiter.waiting == 0
+    finally:
+        first.close()
+        second.close()
+
+
+def test_waiters_of_a_closed_loop_are_dropped(lib, vrun):
+    limiter = lib.Limiter(1, 1, initial=0)
+    dead = asyncio.new_event_loop()
+    dead.create_task(limiter.acquire())
+    dead.run_until_complete(asyncio.sleep(0))
+    dead.close()
+    assert limiter.waiting == 1
+
+    async def main() -> int:
+        await limiter.acquire()
+        return limiter.waiting
+
+    assert vrun(main()) == 0
+
+
+def test_memory_follows_live_waiters(lib, vrun):
+    async def main() -> list[int]:
+        limiter = lib.Limiter(1, 3600, initial=0)
+        sizes = []
+        for _ in range(3):
+            tasks = [asyncio.create_task(limiter.acquire()) for _ in range(2000)]
+            await asyncio.sleep(0)
+            sizes.append(limiter.waiting)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            sizes.append(limiter.waiting)
+        return sizes
+
+    assert vrun(main()) == [2000, 0] * 3
+
+
+def test_garbage_collected_with_waiters_pending(lib, vrun):
+    async def main() -> None:
+        limiter = lib.Limiter(1, 3600, initial=0)
+        tasks = [asyncio.create_task(limiter.acquire()) for _ in range(10)]
+        await asyncio.sleep(0)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    vrun(main())
+    gc.collect()
+
+
+# ---- bad input: exact exception, the parameter named, nothing changed ----
+
+NOT_NUMBERS = [True, "1", None, [1], b"1"]
+BAD_POSITIVE = [0, -1, -0.5, math.nan, math.inf, -math.inf, 10**400, -(10**400)]
+
+
+@pytest.mark.parametrize("name", ["max_rate", "time_period", "burst"])
+@pytest.mark.parametrize("value", NOT_NUMBERS + BAD_POSITIVE)
+def test_bad_constructor_numbers(lib, name, value):
+    args = {"max_rate": 10, "time_period": 1, "burst": None}
+    args[name] = value
+    if value is None and name == "burst":
+        return  # None is burst's default
+    expected = TypeError if value in NOT_NUMBERS and not (isinstance(value, int) and value is not True) else ValueError
+    with pytest.raises(expected, match=name):
+        lib.Limiter(args["max_rate"], args["time_period"], burst=args["burst"])
+
+
+@pytest.mark.parametrize("kwargs, error, text", [
+    ({"burst": 0.5}, ValueError, "burst must be >= 1"),
+    ({"initial": 11}, ValueError, "initial must be between 0 and burst"),
+    ({"initial": -1}, ValueError, "initial"),
+    ({"initial": math.nan}, ValueError, "initial"),
+    ({"initial": "1"}, TypeError, "initial"),
+    ({"fair": 1}, TypeError, "fair must be a bool"),
+    ({"fair": None}, TypeError, "fair"),
+])
+def test_bad_constructor_options(lib, kwargs, error, text):
+    with pytest.raises(error, match=text):
+        lib.Limiter(10, 1, **kwargs)
+
+
+def test_rates_out_of_range(lib):
+    with pytest.raises(ValueError, match="max_rate / time_period is out of range"):
+        lib.Limiter(1e-308, 1e300)
+    with pytest.raises(ValueError, match="burst 1e\\+300 would take over 73 years"):
+        lib.Limiter(1, 1, burst=1e300)
+    assert lib.Limiter(Fraction(1, 3), 1).max_rate == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("method", ["acquire", "try_acquire", "has_capacity"])
+@pytest.mark.parametrize("amount, error, text", [
+    (0, ValueError, "amount must be finite and > 0, got 0"),
+    (-1, ValueError, "amount must be finite and > 0, got -1"),
+    (math.nan, ValueError, "amount must be finite and > 0, got nan"),
+    (math.inf, ValueError, r"amount must not exceed burst \(10.0\), got inf"),
+    (11, ValueError, r"amount must not exceed burst \(10.0\), got 11"),
+    (1e308, ValueError, "amount must not exceed burst"),
+    (1e-308, ValueError, r"amount must be at least burst / 2\*\*50 to be counted exactly, got 1e-308"),
+    (True, TypeError, "amount must be a real number, got True"),
+    ("1", TypeError, "amount must be a real number, got '1'"),
+    (None, TypeError, "amount must be a real number, got None"),
+])
+def test_bad_amounts_change_nothing(lib, vrun, method, amount, error, text):
+    async def main() -> tuple[float, int]:
+        limiter = lib.Limiter(10, 1, initial=5)
+        waiter = asyncio.create_task(limiter.acquire(8))
+        await asyncio.sleep(0)
+        before = (limiter.tokens, limiter.waiting)
+        with pytest.raises(error, match=text):
+            result = getattr(limiter, method)(amount)
+            if method == "acquire":
+                await result
+        assert (limiter.tokens, limiter.waiting) == before
+        waiter.cancel()
+        return before
+
+    assert vrun(main()) == (5.0, 1)
+
+
+def test_smallest_countable_amount(lib, vrun):
+    async def main() -> list[object]:
+        limiter = lib.Limiter(10, 1, initial=0)
+        smallest = math.ldexp(10.0, -50)
+        return [limiter.has_capacity(smallest), limiter.try_acquire(smallest)]
+
+    assert vrun(main()) == [False, False]  # the bucket is empty: even the smallest amount waits
+
+
+@pytest.mark.parametrize("timeout, error", [(-1, ValueError), (math.nan, ValueError), ("1", TypeError), (True, TypeError)])
+def test_bad_timeouts(lib, vrun, timeout, error):
+    async def main() -> float:
+        limiter = lib.Limiter(10, 1)
+        with pytest.raises(error, match="timeout"):
+            limiter.acquire(1, timeout=timeout)
+        return limiter.tokens
+
+    assert vrun(main()) == 10.0
+
+
+def test_asynclimiter_keeps_aiolimiters_error_and_signature(lib):
+    limiter = lib.AsyncLimiter(1)
+    with pytest.raises(ValueError, match="^Can't acquire more than the maximum capacity$"):
+        limiter.acquire(42)
+    with pytest.raises(TypeError, match="takes no timeout"):
+        limiter.acquire(1, timeout=1)
+    with pytest.raises(TypeError):
+        lib.AsyncLimiter(1, 1, 1)
+
+
+# ---- real loops: stock asyncio and uvloop ----
+
+def test_real_loop_order_and_counts(lib, run):
+    async def main() -> tuple[list[int], int]:
+        limiter = lib.Limiter(1000, 1, burst=10)
+        order: list[int] = []
+
+        async def one(i: int) -> None:
+            async with limiter:
+                order.append(i)
+
+        await asyncio.gather(*(one(i) for i in range(60)))
+        return order, limiter.waiting
+
+    order, waiting = run(main())
+    assert order == list(range(60)) and waiting == 0
+
+
+def test_real_loop_timeout_and_cancel(lib, run):
+    async def main() -> list[object]:
+        limiter = lib.Limiter(200, 1, burst=1)
+        await limiter.acquire()
+        with pytest.raises(TimeoutError):
+            await limiter.acquire(1, timeout=0.001)
+        slow = asyncio.create_task(limiter.acquire())
+        await asyncio.sleep(0)
+        slow.cancel()
+        await asyncio.gather(slow, return_exceptions=True)
+        await limiter.acquire()
+        return [slow.cancelled(), limiter.waiting]
+
+    assert run(main()) == [True, 0]
