@@ -11,7 +11,7 @@ import warnings
 from types import ModuleType
 from typing import Any
 
-REARM_AFTER_EARLY_WAKE = 0.001  # s; a loop that fires timers early (uvloop rounds to ms) is not polled
+REARM_AFTER_EARLY_WAKE = 0.001  # s: uvloop rounds timer delays to whole ms, so a shorter one can fire at once
 REUSED_ACROSS_LOOPS = (
     "This AsyncLimiter instance is being re-used across loops. Please create "
     "a new limiter per event loop as re-use can lead to undefined behaviour."
@@ -99,8 +99,9 @@ def build(core: ModuleType) -> tuple[type, type]:
             if at is None:
                 return
             loop = self._loop
-            if at == woke_for:  # the loop fired before the head's time: do not poll it
-                at = max(at, loop.time() + REARM_AFTER_EARLY_WAKE)
+            if at == woke_for:  # the loop fired early: aim as far past the time as it fell short, never poll
+                now = loop.time()
+                at = max(at + (at - now), now + REARM_AFTER_EARLY_WAKE)
             self._timer = loop.call_at(at, self._on_timer)
             self._timer_at = at
 

@@ -1,0 +1,74 @@
+"""One timer per limiter, no polling, and no spinning on a loop that fires timers early."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from virtual_loop import VirtualClockLoop
+
+
+class CountingLoop(VirtualClockLoop):
+    """Records every timer it is asked for, to check how many a limiter keeps alive."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timers: list[asyncio.TimerHandle] = []
+        self.most_alive = 0
+
+    def call_at(self, when: float, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
+        handle = super().call_at(when, callback, *args, context=context)
+        if getattr(callback, "__name__", "") == "_on_timer":
+            self.timers.append(handle)
+            alive = [t for t in self.timers if not t.cancelled() and t.when() >= self.time() and t in self._scheduled]
+            self.most_alive = max(self.most_alive, len(alive))
+        return handle
+
+
+class EarlyLoop(CountingLoop):
+    """Fires timers up to 0.8 ms before their time, as uvloop does when it rounds to whole milliseconds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._clock_resolution = 0.001  # asyncio runs timers due before now + resolution
+
+    def advance_to_next_timer(self) -> None:
+        scheduled = self._scheduled
+        if scheduled and scheduled[0].when() > self._now:
+            self._now = max(self._now, scheduled[0].when() - 0.0008)
+
+
+def run_waiters(lib: Any, loop: CountingLoop, count: int) -> list[float]:
+    async def main() -> list[float]:
+        limiter = lib.Limiter(100, 1, burst=1)
+        times: list[float] = []
+
+        async def one() -> None:
+            async with limiter:
+                times.append(loop.time())
+
+        await asyncio.gather(*(one() for _ in range(count)))
+        return times
+
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def test_one_timer_for_many_waiters(lib):
+    loop = CountingLoop()
+    times = run_waiters(lib, loop, 200)
+    assert len(times) == 200
+    assert loop.most_alive == 1
+    assert len(loop.timers) == 199  # one per wake-up, none per waiter or per poll
+
+
+def test_early_timers_are_rearmed_not_polled(lib):
+    loop = EarlyLoop()
+    times = run_waiters(lib, loop, 50)
+    late = [t - k / 100 for k, t in enumerate(times)]
+    assert min(late) >= -1e-12  # never granted before its time
+    assert max(late) <= 0.0012  # re-armed once, a millisecond later at most
+    assert len(loop.timers) <= 2 * 49  # at most one extra timer per early wake
+    assert loop.most_alive == 1
