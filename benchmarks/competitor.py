@@ -1,0 +1,39 @@
+"""What every competitor file provides, so each scenario is written once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+
+@dataclass(frozen=True)
+class Competitor:
+    """One rate limiter (or reference) as the scenarios drive it.
+
+    ``make(rate, burst)`` builds a limiter for ``rate`` grants per second that
+    lets ``burst`` tokens go at once (``None``: the library's own default for
+    that rate). Scenarios use ``async with limiter:`` when ``context_manager``
+    is true, else ``await acquire(limiter)()``; ``acquire_amount(limiter)(n)``
+    takes ``n`` tokens and is ``None`` when the library cannot weigh requests.
+    """
+
+    key: str
+    label: str
+    make: Callable[[float, float | None], Any]
+    acquire: Callable[[Any], Callable[[], Awaitable[Any]]] | None
+    context_manager: bool = True
+    acquire_amount: Callable[[Any], Callable[[int], Awaitable[Any]]] | None = None
+    mapping: str = ""  # how `rate` and `burst` become this library's parameters
+    reference: bool = False  # not a limiter: a floor or a baseline
+    empty_body: bool = False  # the uncontended loop runs `pass` instead of touching the limiter
+    scenarios: frozenset[str] = frozenset({"uncontended", "contended", "mixed", "churn", "classic"})
+
+
+def version_of(distribution: str) -> str:
+    """The installed version of a PyPI distribution, or '?'."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "?"
