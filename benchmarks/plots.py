@@ -155,7 +155,7 @@ def cpu_per_grant(results: dict[str, Any], directory: Path) -> Path | None:
         axis.set_xscale("log")
         axis.set_yscale("log")
         axis.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ratio = points[0][0] / points[0][1]["rate"]
+        ratio = entries[0]["params"]["n"] / entries[0]["params"]["rate"]
         axis.set_xlabel(f"N waiters (log scale; R = N/{ratio:g} per second, burst R)")
         axis.set_ylabel("CPU µs per acquisition (process time / N, log scale)")
         axis.set_title(f"{loop}", fontsize=10)

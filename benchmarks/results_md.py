@@ -24,6 +24,9 @@ METHOD = """\
   CPU is `time.process_time()` and wall is `time.monotonic()`, both from just before the release to the last
   grant (task creation is excluded; it is reported as `setup_s` in the raw JSON). Peak RSS is
   `ru_maxrss` of the child process right after the last grant, before numpy is imported for statistics.
+- **GC.** A `gc.callbacks` hook times every cyclic-GC pause between the release and the last grant ("GC s
+  (longest ms)"). With 100k+ live tasks, full collections walk every task and dominate both CPU and the
+  worst lateness, for every competitor alike.
 - **Grant time and clock.** A grant is stamped with `time.monotonic()` when the task resumes. That is the
   clock `loop.time()` reads on asyncio; uvloop's `loop.time()` is the same clock cached once per loop
   iteration in whole milliseconds, which would hide sub-millisecond lateness, so both loops are stamped the

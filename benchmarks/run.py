@@ -39,7 +39,7 @@ class Profile:
     uncontended_budget_s: float  # at most this long per measurement; slower competitors run fewer iterations
     contended_sizes: list[int]
     contended_paced_s: float  # R = N / (paced + 1): burst R goes at once, the rest takes `paced` seconds
-    contended_repetitions: int  # for PRIMARY at sizes up to 100k; others and 1M run once
+    contended_repetitions: int  # for PRIMARY at 10k and 100k; the others, 1k and 1M run once
     smooth: dict[str, Any]  # burst 1 at a rate above the selector's millisecond timer
     mixed: dict[str, Any]
     churn: dict[str, Any]
@@ -181,7 +181,7 @@ class Runner:
             for n in p.contended_sizes:
                 rate = n / (p.contended_paced_s + 1)
                 span = ideal_span(n, rate, rate)
-                repetitions = p.contended_repetitions if n <= 100_000 else 1
+                repetitions = p.contended_repetitions if 10_000 <= n <= 100_000 else 1
                 params = {"n": n, "rate": rate, "burst": rate}
                 walls: dict[str, list[float]] = {}
                 for repetition in range(repetitions):

@@ -93,6 +93,26 @@ async def uncontended(competitors: list[Competitor], iterations: int, repetition
 
 # ---- releasing many waiters at once ----
 
+class CollectorTimes:
+    """A gc.callbacks hook: how long the cyclic garbage collector paused the program."""
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.pauses: list[float] = []
+        self.full = 0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.started = time.perf_counter()
+            return
+        self.pauses.append(time.perf_counter() - self.started)
+        self.full += info["generation"] == 2
+
+    def summary(self) -> dict[str, float]:
+        return {"total_s": sum(self.pauses), "max_ms": 1e3 * max(self.pauses, default=0.0),
+                "collections": len(self.pauses), "full": self.full}
+
+
 async def release_waiters(competitor: Competitor, limiter: Any, n: int, *, amounts: list[int] | None = None,
                           cancel_at: dict[int, float] | None = None, limit_s: float) -> dict[str, Any]:
     """Starts n tasks parked on one asyncio.Event, sets it, and records when each is granted.
@@ -151,6 +171,8 @@ async def release_waiters(competitor: Competitor, limiter: Any, n: int, *, amoun
     await asyncio.sleep(0)  # every task runs once and parks on the event
     setup_s = clock() - setup_start
 
+    collector = CollectorTimes()
+    gc.callbacks.append(collector)
     cpu_start = time.process_time()
     released = clock()
     release.set()
@@ -160,6 +182,7 @@ async def release_waiters(competitor: Competitor, limiter: Any, n: int, *, amoun
     await asyncio.wait([all_done], timeout=limit_s)
     finished = clock()
     cpu = time.process_time() - cpu_start
+    gc.callbacks.remove(collector)
     rss_peak = peak_rss_mb()
     complete = all_done.done()
     if complete:
@@ -174,6 +197,7 @@ async def release_waiters(competitor: Competitor, limiter: Any, n: int, *, amoun
         "setup_s": setup_s,
         "rss_base_mb": rss_base,
         "rss_peak_mb": rss_peak,
+        "gc": collector.summary(),
         "_tasks": tasks,  # kept alive until the caller has reported; empty when all finished
     }
 
@@ -196,6 +220,7 @@ def _grant_stats(run: dict[str, Any], rate: float, burst: float) -> dict[str, An
         "setup_s": run["setup_s"],
         "rss_peak_mb": run["rss_peak_mb"],
         "rss_growth_mb": run["rss_peak_mb"] - run["rss_base_mb"],
+        "gc": run["gc"],
     }
     if count < 2:
         return out
@@ -280,6 +305,7 @@ def _mixed_stats(run: dict[str, Any], amounts: list[int], rate: float, burst: fl
         "cpu": run["cpu"],
         "cpu_us_per_grant": run["cpu"] / max(1, int(done.sum())) * 1e6,
         "rss_peak_mb": run["rss_peak_mb"],
+        "gc": run["gc"],
         "rate": rate,
         "burst": burst,
         "tokens": int(sizes.sum()),
