@@ -1,8 +1,9 @@
 """Benchmarks aiotb against aiolimiter and its peers: python benchmarks/run.py [--quick] [--only SCENARIO].
 
 Prints progress to stderr and the tables to stdout; the full profile writes
-benchmarks/RESULTS.md and benchmarks/plots/*.png (--quick writes them under
-benchmarks/.cache/quick/ unless --out says otherwise). Every contended
+benchmarks/RESULTS.md and benchmarks/plots/*.png. --quick, and any run narrowed
+by --only, --loops or --competitors, writes under benchmarks/.cache/ instead
+unless --out says otherwise. Every contended
 repetition runs in a fresh child process (worker.py); nothing here depends
 on files outside this directory."""
 
@@ -296,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
     loops = [loop for loop in args.loops.split(",") if loop]
     keys = [k for k in args.competitors.split(",") if k] or registry.ORDER
-    out = Path(args.out) if args.out else (HERE if profile is FULL else CACHE / "quick")
+    partial = bool(args.only or args.competitors) or loops != LOOPS
+    default_out = CACHE / "quick" if profile is QUICK else (CACHE / "partial" if partial else HERE)
+    out = Path(args.out) if args.out else default_out
     out.mkdir(parents=True, exist_ok=True)
 
     import report  # imports matplotlib; kept out of the children
