@@ -95,3 +95,9 @@ def _new_loop(kind: str) -> asyncio.AbstractEventLoop:
 def run(request: pytest.FixtureRequest) -> Iterator[Callable[[Awaitable[T]], T]]:
     """Runs a coroutine on a fresh real event loop: stock asyncio, then uvloop."""
     yield lambda main: _run_on(_new_loop(request.param), main)
+
+
+@pytest.fixture
+def run_on() -> Callable[[asyncio.AbstractEventLoop, Awaitable[T]], T]:
+    """Runs a coroutine on a given fresh loop, closes the loop, and fails on any loop error, like ``vrun``."""
+    return _run_on
