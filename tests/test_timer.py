@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from virtual_loop import VirtualClockLoop
 
 
@@ -72,3 +74,50 @@ def test_early_timers_are_rearmed_not_polled(lib):
     assert max(late) <= 0.0012  # re-armed once, a millisecond later at most
     assert len(loop.timers) <= 2 * 49  # at most one extra timer per early wake
     assert loop.most_alive == 1
+
+
+class LateLoop(CountingLoop):
+    """Fires every timer 0.7 ms late, as asyncio does when epoll rounds a timeout up to whole ms."""
+
+    def advance_to_next_timer(self) -> None:
+        scheduled = self._scheduled
+        if scheduled and scheduled[0].when() > self._now:
+            self._now = scheduled[0].when() + 0.0007
+
+
+def test_late_timers_do_not_slow_the_rate(lib):
+    times = run_waiters(lib, LateLoop(), 200)
+    spacing = (times[-1] - times[1]) / 198
+    assert spacing == pytest.approx(0.01, abs=1e-12)  # 100/s exactly, not 1 / (10.7 ms)
+    assert all(0 <= t - k / 100 <= 0.0007 + 1e-12 for k, t in enumerate(times))
+
+
+def test_a_long_stall_is_not_made_up_with_a_burst(lib):
+    async def main() -> list[float]:
+        loop = asyncio.get_running_loop()
+        limiter = lib.Limiter(100, 1, burst=1)
+        times: list[float] = []
+
+        async def one() -> None:
+            async with limiter:
+                times.append(loop.time())
+
+        tasks = [asyncio.create_task(one()) for _ in range(20)]
+        await asyncio.sleep(0)
+        loop._now += 0.1  # the loop is blocked for 100 ms: ten waiters' turns pass
+        await asyncio.gather(*tasks)
+        return times
+
+    times = run_on_virtual(main())
+    after = [t for t in times if t > 0]
+    # at most the late-wake credit (2 ms) is made up at once: 1 token, not 10
+    assert sum(1 for t in after if t == after[0]) <= 1 + 0.002 * 100
+    assert all(b - a >= 0.01 - 0.002 - 1e-12 for a, b in zip(after[1:], after[2:]))
+
+
+def run_on_virtual(main: Any) -> Any:
+    loop = VirtualClockLoop()
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        loop.close()

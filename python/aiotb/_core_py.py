@@ -19,6 +19,7 @@ __all__ = ["Bucket", "READY", "IMPLEMENTATION"]
 
 IMPLEMENTATION = "python"
 MAX_SPAN = 1 << 61  # longest refill of a full bucket, ns (TB_MAX_SPAN)
+LATE_CREDIT = 2_000_000  # ns of a late wake-up a waiter is still granted for: more than timer granularity
 _FIFO, _SMALLEST_FIRST = 0, 1
 _monotonic = time.monotonic
 _get_running_loop = events._get_running_loop
@@ -118,6 +119,9 @@ class _Rate:
         if frac < 0.0:
             frac += 1.0
             whole += 1
+        if frac >= 1.0:  # a borrow below the fraction's precision rounds to no borrow
+            frac -= 1.0
+            whole -= 1
         self.full_at -= whole
         self.full_at_frac = frac
 
@@ -128,8 +132,12 @@ class _Rate:
         owed = self.debt(now)
         return (owed if owed > 0 else 0) + need <= self.burst_ns
 
+    def full_before(self, now: int) -> bool:
+        """Full for at least a whole nanosecond: younger refill is kept, or fractional grants would drift."""
+        return self.full_at + (self.full_at_frac > 0) < now
+
     def consume(self, need: float, now: int) -> None:
-        if self.full_at < now:
+        if self.full_before(now):
             self.full_at = now
             self.full_at_frac = 0.0
         self.advance(need)
@@ -151,7 +159,7 @@ class _Core:
     """tb_bucket: one rate and the queue of waiters."""
 
     __slots__ = ("rate", "order", "fair", "anchored", "initial", "entries", "heap",
-                 "enqueued", "with_deadline", "queued_tokens")
+                 "enqueued", "with_deadline", "queued_tokens", "late_credit")
 
     def __init__(self, ns_per_token: float, burst: float, initial: float, fair: bool, order: int) -> None:
         self.rate = _Rate(ns_per_token, burst)
@@ -164,6 +172,7 @@ class _Core:
         self.enqueued = 0
         self.with_deadline = 0
         self.queued_tokens = 0.0
+        self.late_credit = 0
 
     def anchor(self, now: int) -> None:
         if not self.anchored:
@@ -202,13 +211,15 @@ class _Core:
         if need <= rate.burst_ns:
             return rate.fit_at(need, now)
         full = _Rate(rate.ns_per_token, rate.burst)
-        full.full_at, full.full_at_frac = (rate.full_at, rate.full_at_frac) if rate.full_at >= now else (now, 0.0)
+        full.full_at, full.full_at_frac = (now, 0.0) if rate.full_before(now) else (rate.full_at, rate.full_at_frac)
         full.advance(need - rate.burst_ns)
         t = full.full_at + (full.full_at_frac > 0)
         return t if t > now else now
 
     def enqueue(self, amount: float, now: int, deadline: int | None, handle: object) -> int | None:
         """The new waiter's sequence, or None if its grant cannot come by deadline."""
+        if not (0 < amount <= self.rate.burst and math.isfinite(amount)):
+            raise ValueError(f"{amount!r} tokens could never be granted")
         self.anchor(now)
         if deadline is not None and self.projected_grant(amount, now) > deadline:
             return None
@@ -251,7 +262,9 @@ class _Core:
         head = self._head()
         assert head is not None
         if grant:
-            self.rate.consume(self.entries[head][0] * self.rate.ns_per_token, now)
+            need = self.entries[head][0] * self.rate.ns_per_token
+            ready = self.rate.fit_at(need, now - self.late_credit)
+            self.rate.consume(need, ready if ready < now else now)
         return self._unlink(head)
 
     def head_ready_at(self, now: int) -> int | None:
@@ -311,6 +324,7 @@ class Bucket:
         if not (capacity * ns_per_token <= MAX_SPAN):
             raise ValueError(f"burst {capacity!r} would take over 73 years to refill at {max_rate!r} per {time_period!r} s")
         self._core = _Core(ns_per_token, capacity, tokens, fair, _SMALLEST_FIRST if compat else _FIFO)
+        self._core.late_credit = LATE_CREDIT
         self._max_rate = rate
         self._time_period = period
         self._compat = compat

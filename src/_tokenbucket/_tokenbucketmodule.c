@@ -14,6 +14,10 @@
 
 #include "tokenbucket.h"
 
+/* How late a woken waiter may be and still be granted as of its ready instant: above
+ * the timer granularity of asyncio (1 ms, rounded up) and uvloop (1 ms, rounded). */
+#define LATE_CREDIT_NS 2000000
+
 static PyModuleDef tokenbucket_module;
 
 typedef struct {
@@ -508,6 +512,7 @@ static PyObject *bucket_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         Py_DECREF(self);
         return PyErr_Format(PyExc_SystemError, "tb_init rejected validated parameters");
     }
+    tb_set_late_credit(&self->core, LATE_CREDIT_NS);
     self->max_rate = max_rate;
     self->time_period = time_period;
     self->compat = compat;

@@ -301,9 +301,17 @@ void *tb_ready_head(tb_bucket *b, tb_ns now)
 void *tb_pop_head(tb_bucket *b, tb_ns now, bool grant)
 {
     anchor(b, now);
-    if (grant)
-        consume(&b->rate, b->slots[b->head].amount * b->rate.ns_per_token, now);
+    if (grant) {
+        double need = b->slots[b->head].amount * b->rate.ns_per_token;
+        tb_ns ready = fit_at(&b->rate, need, now - b->late_credit);
+        consume(&b->rate, need, ready < now ? ready : now);
+    }
     return unlink_waiter(b, b->head);
+}
+
+void tb_set_late_credit(tb_bucket *b, tb_ns credit)
+{
+    b->late_credit = credit > 0 ? credit : 0;
 }
 
 tb_ns tb_head_ready_at(tb_bucket *b, tb_ns now)

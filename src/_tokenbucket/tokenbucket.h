@@ -60,6 +60,7 @@ typedef struct {
     size_t waiting;       /* waiters in the queue */
     size_t with_deadline; /* of which have a deadline */
     double queued_tokens; /* sum of their amounts */
+    tb_ns late_credit;    /* how late a head may be popped and still be granted as of its ready instant */
 } tb_bucket;
 
 #define TB_NIL UINT32_MAX
@@ -86,13 +87,17 @@ tb_status tb_enqueue(tb_bucket *b, double amount, tb_ns now, tb_ns deadline,
 void *tb_withdraw(tb_bucket *b, tb_id id);
 /* The head waiter's handle if it can be granted at now, else NULL. */
 void *tb_ready_head(tb_bucket *b, tb_ns now);
-/* Removes the head waiter (there must be one), granting its tokens at now if grant; returns its handle. */
+/* Removes the head waiter (there must be one); returns its handle. If grant, takes its tokens
+ * as of the instant it became ready, or late_credit before now if that is later. */
 void *tb_pop_head(tb_bucket *b, tb_ns now, bool grant);
 /* The first instant >= now at which the head waiter can be granted, TB_NEVER if none waits. */
 tb_ns tb_head_ready_at(tb_bucket *b, tb_ns now);
 /* The instant a waiter for amount queued now would be granted, if nothing ahead changes. */
 tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now);
 
+/* Sets how much of a late wake-up a head's grant is credited for (0 after tb_init):
+ * timer granularity then does not slow the rate; a longer stall is not made up. */
+void tb_set_late_credit(tb_bucket *b, tb_ns credit);
 /* Gives back amount tokens granted earlier and never used. */
 void tb_refund(tb_bucket *b, double amount, tb_ns now);
 /* Moves the bucket onto another clock, on which the old clock's `then` reads `now`. */
