@@ -272,9 +272,7 @@ def test_attributes(lib, args, kwargs):
     assert (ours.max_rate, ours.time_period) == (theirs.max_rate, theirs.time_period)
 
 
-def test_method_signatures(lib, request):
-    request.applymarker(pytest.mark.xfail(
-        lib.name == "c", strict=True, reason="the C methods have no __text_signature__"))
+def test_method_signatures(lib):
     for method in ("acquire", "has_capacity"):
         params = list(inspect.signature(getattr(lib.AsyncLimiter(1), method)).parameters.values())
         assert (params[0].name, params[0].default) == ("amount", 1), method
@@ -297,8 +295,6 @@ def test_has_capacity_answers_like_aiolimiter(lib, mrun):
     assert mrun(answers(lib.AsyncLimiter)) == reference
 
 
-@pytest.mark.xfail(strict=True, reason="aiotb raises ValueError for has_capacity(amount > max_rate); "
-                                        "aiolimiter answers False")
 def test_has_capacity_above_max_rate_is_false(lib, mrun):
     async def answers(cls: type) -> list[bool]:
         limiter = cls(1)
@@ -559,11 +555,8 @@ async def test_patched_clock_after_use_on_the_real_clock_and_back(lib):
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("where", ["loop class", "time.monotonic"])
-async def test_otherwise_patched_clock_after_use_on_the_real_clock(lib, request, where):
+async def test_otherwise_patched_clock_after_use_on_the_real_clock(lib, where):
     """Like patching ``time`` on the loop instance, but on its class, or the clock asyncio reads."""
-    request.applymarker(pytest.mark.xfail(
-        lib.name == "c", strict=True,
-        reason="the C engine keeps trusting CLOCK_MONOTONIC in a task that used it before the patch"))
     loop = asyncio.get_running_loop()
     limiter = lib.AsyncLimiter(50, 1)
     fake = [0.0]

@@ -424,6 +424,9 @@ class Bucket:
         return self._core.take(self._amount(amount), self._now())
 
     def has_capacity(self, amount: float = 1) -> bool:
+        if (self._compat and isinstance(amount, (int, float)) and not isinstance(amount, bool)
+                and amount > self._core.rate.burst):
+            return False  # aiolimiter answers False above capacity
         return self._core.can_take(self._amount(amount), self._now())
 
     # ---- for the asyncio glue ----

@@ -30,7 +30,9 @@ typedef struct {
     PyObject *get_running_loop;  /* asyncio.events._get_running_loop */
     PyObject *is_monotonic_loop; /* aiotb._clock.is_monotonic_loop */
     PyObject *real_type;         /* numbers.Real */
+    PyObject *time_dict;         /* the time module's namespace, to see time.monotonic replaced */
     PyObject *str_time;
+    PyObject *str_monotonic;
     PyObject *str_wait;
     PyObject *str_throw;
     PyObject *str_close;
@@ -129,10 +131,12 @@ static PyType_Spec ready_spec = {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *loop;          /* the running loop it was checked on */
-    PyObject *loop_dict;     /* its instance dict, or NULL: a `time` there would be a patch */
-    PyTypeObject *loop_type; /* its class when checked: a new class may bring a new clock */
-    PyThreadState *thread;   /* the thread it runs on: a context copied to another thread has another loop */
+    PyObject *loop;            /* the running loop it was checked on */
+    PyObject *loop_dict;       /* its instance dict, or NULL: a `time` there would be a patch */
+    PyTypeObject *loop_type;   /* its class when checked: a new class may bring a new clock */
+    unsigned int type_version; /* that class's version tag: it changes when the class or a base is patched */
+    PyObject *monotonic;       /* time.monotonic when checked: freezegun and mocks replace it */
+    PyThreadState *thread;     /* the thread it runs on: a context copied to another thread has another loop */
 } ClockObject;
 
 static int clock_traverse(PyObject *op, visitproc visit, void *arg)
@@ -142,6 +146,7 @@ static int clock_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->loop);
     Py_VISIT(self->loop_dict);
     Py_VISIT(self->loop_type);
+    Py_VISIT(self->monotonic);
     return 0;
 }
 
@@ -151,6 +156,7 @@ static int clock_clear(PyObject *op)
     Py_CLEAR(self->loop);
     Py_CLEAR(self->loop_dict);
     Py_CLEAR(self->loop_type);
+    Py_CLEAR(self->monotonic);
     return 0;
 }
 
@@ -225,11 +231,16 @@ static double ns_to_seconds(tb_ns ns)
     return seconds;
 }
 
-// Whether the remembered clock proof still holds here: same thread, class, and no patched `time`. -1 on error.
+// Whether the remembered clock proof still holds here: same thread, same unpatched class,
+// same time.monotonic, no `time` on the instance. -1 on error.
 static int clock_still_valid(tb_state *st, ClockObject *clock)
 {
-    if (clock->thread != PyThreadState_Get() || Py_TYPE(clock->loop) != clock->loop_type)
+    PyTypeObject *type = Py_TYPE(clock->loop);
+    if (clock->thread != PyThreadState_Get() || type != clock->loop_type ||
+        type->tp_version_tag != clock->type_version)
         return 0;
+    if (PyDict_GetItemWithError(st->time_dict, st->str_monotonic) != clock->monotonic)
+        return PyErr_Occurred() ? -1 : 0;
     if (clock->loop_dict == NULL)
         return 1;
     PyObject *patched = PyDict_GetItemWithError(clock->loop_dict, st->str_time);
@@ -241,11 +252,18 @@ static int clock_still_valid(tb_state *st, ClockObject *clock)
 // Remembers in this task's context that loop's clock is CLOCK_MONOTONIC. 0, or -1 with an exception.
 static int remember_clock(tb_state *st, PyObject *loop)
 {
+    if (Py_TYPE(loop)->tp_version_tag == 0)  /* no valid tag to watch the class with: do not remember */
+        return 0;
+    PyObject *monotonic = PyDict_GetItemWithError(st->time_dict, st->str_monotonic);
+    if (monotonic == NULL)
+        return PyErr_Occurred() ? -1 : 0;
     ClockObject *clock = PyObject_GC_New(ClockObject, st->clock_type);
     if (clock == NULL)
         return -1;
     clock->loop = Py_NewRef(loop);
     clock->loop_type = (PyTypeObject *)Py_NewRef(Py_TYPE(loop));
+    clock->type_version = Py_TYPE(loop)->tp_version_tag;
+    clock->monotonic = Py_NewRef(monotonic);
     clock->thread = PyThreadState_Get();
     clock->loop_dict = PyObject_GenericGetDict(loop, NULL);
     if (clock->loop_dict == NULL) {  /* a loop without instance dict cannot be patched per instance */
@@ -820,6 +838,14 @@ static PyObject *bucket_has_capacity(PyObject *op, PyObject *const *args, Py_ssi
     BucketObject *self = (BucketObject *)op;
     double amount;
     tb_ns now;
+    if (self->compat && PyVectorcall_NARGS(nargsf) == 1 && kwnames == NULL &&
+        !PyBool_Check(args[0]) && (PyFloat_Check(args[0]) || PyLong_Check(args[0]))) {
+        double asked = PyFloat_AsDouble(args[0]);  /* aiolimiter answers False above capacity */
+        if ((asked == -1.0 && PyErr_Occurred()) || asked > self->core.rate.burst) {
+            PyErr_Clear();
+            Py_RETURN_FALSE;
+        }
+    }
     if (amount_now(self, "has_capacity", args, nargsf, kwnames, &amount, &now) < 0)
         return NULL;
     return PyBool_FromLong(tb_can_take(&self->core, amount, now));
@@ -984,11 +1010,11 @@ static PyGetSetDef bucket_getset[] = {
 };
 
 static PyMethodDef bucket_methods[] = {
-    {"__aenter__", bucket_aenter, METH_NOARGS, NULL},
-    {"__aexit__", (PyCFunction)(void (*)(void))bucket_aexit, METH_FASTCALL, NULL},
-    {"acquire", (PyCFunction)(void (*)(void))bucket_acquire, METH_FASTCALL | METH_KEYWORDS, NULL},
-    {"try_acquire", (PyCFunction)(void (*)(void))bucket_try_acquire, METH_FASTCALL | METH_KEYWORDS, NULL},
-    {"has_capacity", (PyCFunction)(void (*)(void))bucket_has_capacity, METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"__aenter__", bucket_aenter, METH_NOARGS, "__aenter__($self, /)\n--\n\nTakes one token: returns a done awaitable, or the wait for it."},
+    {"__aexit__", (PyCFunction)(void (*)(void))bucket_aexit, METH_FASTCALL, "__aexit__($self, /, *exc_info)\n--\n\nGives nothing back: tokens pace starts."},
+    {"acquire", (PyCFunction)(void (*)(void))bucket_acquire, METH_FASTCALL | METH_KEYWORDS, "acquire($self, /, amount=1, timeout=None)\n--\n\nWaits for amount tokens, taken when awaited; TimeoutError at once if they cannot come within timeout."},
+    {"try_acquire", (PyCFunction)(void (*)(void))bucket_try_acquire, METH_FASTCALL | METH_KEYWORDS, "try_acquire($self, /, amount=1)\n--\n\nTakes amount tokens now if a newcomer may, else returns False."},
+    {"has_capacity", (PyCFunction)(void (*)(void))bucket_has_capacity, METH_FASTCALL | METH_KEYWORDS, "has_capacity($self, /, amount=1)\n--\n\nWhether acquire(amount) would go through now; takes nothing."},
     {"_enqueue", (PyCFunction)(void (*)(void))bucket_enqueue, METH_FASTCALL, NULL},
     {"_withdraw", bucket_withdraw, METH_O, NULL},
     {"_ready_head", bucket_ready_head, METH_NOARGS, NULL},
@@ -1044,12 +1070,15 @@ static int tokenbucket_exec(PyObject *module)
     st->get_running_loop = import_attribute("asyncio.events", "_get_running_loop");
     st->is_monotonic_loop = import_attribute("aiotb._clock", "is_monotonic_loop");
     st->real_type = import_attribute("numbers", "Real");
+    st->time_dict = import_attribute("time", "__dict__");
     st->str_time = PyUnicode_InternFromString("time");
+    st->str_monotonic = PyUnicode_InternFromString("monotonic");
     st->str_wait = PyUnicode_InternFromString("_wait");
     st->str_throw = PyUnicode_InternFromString("throw");
     st->str_close = PyUnicode_InternFromString("close");
     if (!st->ready || !st->clock_var || !st->get_running_loop || !st->is_monotonic_loop ||
-        !st->real_type || !st->str_time || !st->str_wait || !st->str_throw || !st->str_close)
+        !st->real_type || !st->time_dict || !st->str_time || !st->str_monotonic || !st->str_wait ||
+        !st->str_throw || !st->str_close)
         return -1;
     if (PyModule_AddType(module, st->bucket_type) < 0 ||
         PyModule_AddObjectRef(module, "READY", st->ready) < 0 ||
@@ -1073,6 +1102,7 @@ static int tokenbucket_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->get_running_loop);
     Py_VISIT(st->is_monotonic_loop);
     Py_VISIT(st->real_type);
+    Py_VISIT(st->time_dict);
     return 0;
 }
 
@@ -1088,7 +1118,9 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->get_running_loop);
     Py_CLEAR(st->is_monotonic_loop);
     Py_CLEAR(st->real_type);
+    Py_CLEAR(st->time_dict);
     Py_CLEAR(st->str_time);
+    Py_CLEAR(st->str_monotonic);
     Py_CLEAR(st->str_wait);
     Py_CLEAR(st->str_throw);
     Py_CLEAR(st->str_close);
