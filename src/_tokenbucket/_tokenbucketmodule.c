@@ -8,6 +8,7 @@
  * Bucket and provides `_wait`. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include <math.h>
 #include <time.h>
@@ -27,6 +28,7 @@ typedef struct {
     PyTypeObject *acquisition_type;
     PyObject *ready;             /* the one done awaitable */
     PyObject *clock_var;         /* ContextVar: this task's LoopClock, if its loop is monotonic */
+    PyObject *latest_clock;      /* weak reference to the latest LoopClock made, or NULL */
     PyObject *get_running_loop;  /* asyncio.events._get_running_loop */
     PyObject *is_monotonic_loop; /* aiotb._clock.is_monotonic_loop */
     PyObject *real_type;         /* numbers.Real */
@@ -135,7 +137,13 @@ typedef struct {
     PyTypeObject *loop_type;   /* its class when checked: a new class may bring a new clock */
     unsigned int type_version; /* that class's version tag: it changes when the class or a base is patched */
     PyThreadState *thread;     /* the thread it runs on: a context copied to another thread has another loop */
+    PyObject *weakrefs;        /* the module's memory of the latest proof is weak */
 } ClockObject;
+
+static PyMemberDef clock_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(ClockObject, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
 
 static int clock_traverse(PyObject *op, visitproc visit, void *arg)
 {
@@ -160,12 +168,15 @@ static void clock_dealloc(PyObject *op)
 {
     PyTypeObject *tp = Py_TYPE(op);
     PyObject_GC_UnTrack(op);
+    if (((ClockObject *)op)->weakrefs != NULL)
+        PyObject_ClearWeakRefs(op);
     (void)clock_clear(op);
     tp->tp_free(op);
     Py_DECREF(tp);
 }
 
 static PyType_Slot clock_slots[] = {
+    {Py_tp_members, clock_members},
     {Py_tp_traverse, clock_traverse},
     {Py_tp_clear, clock_clear},
     {Py_tp_dealloc, clock_dealloc},
@@ -238,6 +249,16 @@ static int clock_still_valid(ClockObject *clock)
            (clock->loop_dict == NULL || PyDict_GET_SIZE(clock->loop_dict) == clock->dict_size);
 }
 
+// Stores a proven LoopClock in this task's context. 0, or -1 with an exception.
+static int adopt_clock(tb_state *st, PyObject *clock)
+{
+    PyObject *token = PyContextVar_Set(st->clock_var, clock);
+    if (token == NULL)
+        return -1;
+    Py_DECREF(token);
+    return 0;
+}
+
 // Remembers in this task's context that loop's clock is CLOCK_MONOTONIC. 0, or -1 with an exception.
 static int remember_clock(tb_state *st, PyObject *loop)
 {
@@ -259,13 +280,14 @@ static int remember_clock(tb_state *st, PyObject *loop)
         PyErr_Clear();
     }
     clock->dict_size = clock->loop_dict ? PyDict_GET_SIZE(clock->loop_dict) : 0;
+    clock->weakrefs = NULL;
     PyObject_GC_Track((PyObject *)clock);
-    PyObject *token = PyContextVar_Set(st->clock_var, (PyObject *)clock);
+    PyObject *latest = PyWeakref_NewRef((PyObject *)clock, NULL);
+    int rc = latest ? adopt_clock(st, (PyObject *)clock) : -1;
+    if (latest)
+        Py_XSETREF(st->latest_clock, latest);
     Py_DECREF(clock);
-    if (token == NULL)
-        return -1;
-    Py_DECREF(token);
-    return 0;
+    return rc;
 }
 
 // Reads the running loop's clock the long way; *domain gets a new reference to the loop
@@ -282,6 +304,15 @@ static int read_clock_slow(tb_state *st, tb_ns *now, PyObject **domain)
         return 0;
     }
     int rc = -1;
+    PyObject *latest = st->latest_clock ? PyWeakref_GetObject(st->latest_clock) : NULL;  /* borrowed */
+    if (latest != NULL && latest != Py_None && ((ClockObject *)latest)->loop == loop &&
+        clock_still_valid((ClockObject *)latest)) {  /* a new task on a loop proven before */
+        if (adopt_clock(st, latest) < 0)
+            goto done;
+        *now = monotonic_ns();
+        rc = 0;
+        goto done;
+    }
     PyObject *verdict = PyObject_CallOneArg(st->is_monotonic_loop, loop);
     if (verdict == NULL)
         goto done;
@@ -1080,6 +1111,7 @@ static int tokenbucket_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->acquisition_type);
     Py_VISIT(st->ready);
     Py_VISIT(st->clock_var);
+    Py_VISIT(st->latest_clock);
     Py_VISIT(st->get_running_loop);
     Py_VISIT(st->is_monotonic_loop);
     Py_VISIT(st->real_type);
@@ -1095,6 +1127,7 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->acquisition_type);
     Py_CLEAR(st->ready);
     Py_CLEAR(st->clock_var);
+    Py_CLEAR(st->latest_clock);
     Py_CLEAR(st->get_running_loop);
     Py_CLEAR(st->is_monotonic_loop);
     Py_CLEAR(st->real_type);
