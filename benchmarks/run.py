@@ -1,11 +1,10 @@
 """Benchmarks aiotb against aiolimiter and its peers: python benchmarks/run.py [--quick] [--only SCENARIO].
 
-Prints progress to stderr and the tables to stdout; the full profile writes
-benchmarks/RESULTS.md and benchmarks/plots/*.png. --quick, and any run narrowed
+Prints progress to stderr and the tables to stdout. The full profile writes
+benchmarks/RESULTS.md and benchmarks/plots/*.png; --quick, and any run narrowed
 by --only, --loops or --competitors, writes under benchmarks/.cache/ instead
-unless --out says otherwise. Every contended
-repetition runs in a fresh child process (worker.py); nothing here depends
-on files outside this directory."""
+unless --out says otherwise. Every contended repetition runs in a fresh child
+process (worker.py); nothing here depends on files outside this directory."""
 
 from __future__ import annotations
 
@@ -28,7 +27,8 @@ from bench_reference import NOOP_DIR_ENV  # noqa: E402
 
 LOOPS = ["asyncio", "uvloop"]
 SCENARIOS = ["uncontended", "contended", "smooth", "mixed", "churn", "classic"]
-PRIMARY = {"aiotb", "aiolimiter", "no-limiter"}  # repeated in the contended scenario
+PRIMARY = {"aiotb", "aiolimiter", "no-limiter"}  # repeated in the contended scenario, and alone at 1M
+MILLION = 1_000_000  # a run this large takes 20-30 s per competitor
 SLOW_PREVIOUS_S = 60.0  # a competitor whose run at one size took longer skips the larger sizes
 
 
@@ -40,7 +40,7 @@ class Profile:
     uncontended_budget_s: float  # at most this long per measurement; slower competitors run fewer iterations
     contended_sizes: list[int]
     contended_paced_s: float  # R = N / (paced + 1): burst R goes at once, the rest takes `paced` seconds
-    contended_repetitions: int  # for PRIMARY at 10k and 100k; the others, 1k and 1M run once
+    contended_repetitions: int  # for PRIMARY up to 100k; the others, and 1M, run once
     smooth: dict[str, Any]  # burst 1 at a rate above the selector's millisecond timer
     mixed: dict[str, Any]
     churn: dict[str, Any]
@@ -51,8 +51,8 @@ class Profile:
 FULL = Profile(
     name="full",
     uncontended_iterations=1_000_000,
-    uncontended_repetitions=5,
-    uncontended_budget_s=2.0,
+    uncontended_repetitions=11,
+    uncontended_budget_s=0.6,
     contended_sizes=[1_000, 10_000, 100_000, 1_000_000],
     contended_paced_s=3.0,
     contended_repetitions=3,
@@ -177,17 +177,25 @@ class Runner:
     def contended(self) -> None:
         p = self.profile
         keys = self.runnable("contended")
+        million_skipped = [k for k in keys if k not in PRIMARY]
+        if MILLION in p.contended_sizes and million_skipped:
+            for loop in self.loops:
+                for key in million_skipped:
+                    self.results["skipped"].append({
+                        "scenario": "contended", "loop": loop, "competitor": key, "sizes": [MILLION],
+                        "why": "only aiotb, aiolimiter and the no-limiter floor run at 1M (each such run takes "
+                               "20-30 s; the time budget of the full profile)"})
         for loop in self.loops:
             stopped: dict[str, str] = {}
             for n in p.contended_sizes:
                 rate = n / (p.contended_paced_s + 1)
                 span = ideal_span(n, rate, rate)
-                repetitions = p.contended_repetitions if 10_000 <= n <= 100_000 else 1
+                repetitions = p.contended_repetitions if n <= 100_000 else 1
                 params = {"n": n, "rate": rate, "burst": rate}
                 walls: dict[str, list[float]] = {}
                 for repetition in range(repetitions):
                     for key in keys:
-                        if key in stopped:
+                        if key in stopped or (n >= MILLION and key not in PRIMARY):
                             continue
                         if repetition > 0 and key not in PRIMARY:
                             continue
@@ -203,7 +211,7 @@ class Runner:
                     if worst > SLOW_PREVIOUS_S or worst == float("inf"):
                         why = ("did not finish" if worst == float("inf") else f"took {worst:.0f} s")
                         stopped[key] = why
-                        bigger = [m for m in p.contended_sizes if m > n]
+                        bigger = [m for m in p.contended_sizes if m > n and (m < MILLION or key in PRIMARY)]
                         if bigger:
                             self.results["skipped"].append({
                                 "scenario": "contended", "loop": loop, "competitor": key,
