@@ -12,6 +12,7 @@ from typing import Any, Awaitable, Callable, Iterator, TypeVar
 import pytest
 
 from aiotb import _core_py
+from aiotb._keyed import KeyedLimiter
 from aiotb._limiter import build
 
 from virtual_loop import VirtualClockLoop
@@ -39,7 +40,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def _namespace(core: Any) -> SimpleNamespace:
     limiter, async_limiter = build(core)
-    return SimpleNamespace(core=core, Limiter=limiter, AsyncLimiter=async_limiter, name=core.IMPLEMENTATION)
+    keyed = type("KeyedLimiter", (KeyedLimiter,), {"_limiter_class": limiter})
+    return SimpleNamespace(core=core, Limiter=limiter, AsyncLimiter=async_limiter, KeyedLimiter=keyed,
+                           name=core.IMPLEMENTATION)
 
 
 _LIBS: dict[str, SimpleNamespace] = {}

@@ -7,9 +7,13 @@ classes on top of either core, so one test suite can run against both."""
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import warnings
 from types import ModuleType
-from typing import Any
+from typing import Any, Awaitable, Callable, TypeVar
+
+R = TypeVar("R")
 
 REARM_AFTER_EARLY_WAKE = 0.001  # s: uvloop rounds timer delays to whole ms, so a shorter one can fire at once
 REUSED_ACROSS_LOOPS = (
@@ -38,6 +42,30 @@ def build(core: ModuleType) -> tuple[type, type]:
             self._timer = None
             self._timer_at = None
             return self
+
+        def __call__(self, func: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+            """``@limiter``: every call of the decorated async function first takes one token."""
+            return self.limit()(func)
+
+        def limit(self, amount: float | Callable[..., float] = 1) -> Callable[[Callable[..., Awaitable[R]]],
+                                                                             Callable[..., Awaitable[R]]]:
+            """A decorator: every call takes ``amount`` tokens first, or ``amount(*args, **kwargs)``
+            when amount is callable (say, the tokens of an LLM prompt)."""
+            if not callable(amount):
+                self.acquire(amount).close()  # checks the amount now; takes nothing
+
+            def decorate(func: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+                if not inspect.iscoroutinefunction(func):
+                    raise TypeError(f"a limiter decorates async functions, got {func!r}")
+
+                @functools.wraps(func)
+                async def limited(*args: Any, **kwargs: Any) -> R:
+                    await self.acquire(amount(*args, **kwargs) if callable(amount) else amount)
+                    return await func(*args, **kwargs)
+
+                return limited
+
+            return decorate
 
         def __repr__(self) -> str:
             return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "
