@@ -293,7 +293,8 @@ class _Core:
 class Bucket:
     """The limiter's engine: validation, the clock, the fast path, and core calls for the asyncio glue."""
 
-    __slots__ = ("_core", "_max_rate", "_time_period", "_compat", "_domain", "_last_now")
+    __slots__ = ("_core", "_max_rate", "_time_period", "_compat", "_domain", "_last_now",
+                 "_granted_count", "_granted_tokens")
 
     _wait: Callable[[float, float | None], Coroutine[Any, Any, None]]  # the glue's slow path
 
@@ -330,7 +331,16 @@ class Bucket:
         self._compat = compat
         self._domain: object = None
         self._last_now: int | None = None
+        self._granted_count = 0  # grants kept (a grant given back by a cancelled waiter is not counted)
+        self._granted_tokens = 0.0
         return self
+
+    def _take_counted(self, amount: float) -> bool:
+        if not self._core.take(amount, self._now()):
+            return False
+        self._granted_count += 1
+        self._granted_tokens += amount
+        return True
 
     # ---- the clock ----
 
@@ -404,7 +414,7 @@ class Bucket:
         return len(self._core.entries)
 
     def __aenter__(self) -> Any:
-        if self._core.take(1.0, self._now()):
+        if self._take_counted(1.0):
             return READY
         return self._wait(1.0, None)
 
@@ -417,11 +427,11 @@ class Bucket:
         return self._acquisition(x, limit)
 
     async def _acquisition(self, amount: float, timeout: float | None) -> None:
-        if not self._core.take(amount, self._now()):
+        if not self._take_counted(amount):
             await self._wait(amount, timeout)
 
     def try_acquire(self, amount: float = 1) -> bool:
-        return self._core.take(self._amount(amount), self._now())
+        return self._take_counted(self._amount(amount))
 
     def has_capacity(self, amount: float = 1) -> bool:
         if (self._compat and isinstance(amount, (int, float)) and not isinstance(amount, bool)
@@ -446,7 +456,13 @@ class Bucket:
         return self._core.ready_head(self._now())
 
     def _pop_head(self, grant: bool) -> Any:
-        return self._core.pop_head(self._now(), grant)
+        now = self._now()
+        if not self._core.entries:
+            raise IndexError("no waiter is queued")
+        if grant:
+            self._granted_count += 1
+            self._granted_tokens += self._core.entries[self._core._head()][0]
+        return self._core.pop_head(now, grant)
 
     def _head_ready_at(self) -> float | None:
         at = self._core.head_ready_at(self._now())
@@ -454,3 +470,8 @@ class Bucket:
 
     def _refund(self, amount: float) -> None:
         self._core.refund(amount, self._now())
+        self._granted_count -= 1
+        self._granted_tokens -= amount
+
+    def _granted(self) -> tuple[int, float]:
+        return self._granted_count, self._granted_tokens

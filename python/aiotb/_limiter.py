@@ -11,7 +11,7 @@ import functools
 import inspect
 import warnings
 from types import ModuleType
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, NamedTuple, TypeVar
 
 R = TypeVar("R")
 
@@ -22,13 +22,27 @@ REUSED_ACROSS_LOOPS = (
 )
 
 
+class LimiterStats(NamedTuple):
+    """What a limiter has done so far (``limiter.stats()``)."""
+
+    granted: int            # grants kept: a grant given back by a task cancelled before it resumed is not one
+    granted_tokens: float
+    waits: int              # grants that had to wait in the queue
+    wait_time_total: float  # seconds those waited, on the loop's clock
+    wait_time_max: float
+    cancelled: int          # waits cancelled, before or after their grant
+    timeouts: int           # acquires refused at once by their timeout
+    waiting: int            # tasks queued now
+
+
 def build(core: ModuleType) -> tuple[type, type]:
     """The ``Limiter`` and ``AsyncLimiter`` classes on top of ``core.Bucket``."""
 
     class Limiter(core.Bucket):  # type: ignore[name-defined,misc]
         """Token-bucket rate limiter for asyncio: ``async with Limiter(100, 1): ...``."""
 
-        __slots__ = ("_loop", "_timer", "_timer_at", "__weakref__")
+        __slots__ = ("_loop", "_timer", "_timer_at", "_waits", "_wait_total", "_wait_max", "_cancelled",
+                     "_timeouts", "__weakref__")
         _warn_on_reuse = False
 
         def __new__(cls, max_rate: float, time_period: float = 60, *, burst: float | None = None,
@@ -41,7 +55,15 @@ def build(core: ModuleType) -> tuple[type, type]:
             self._loop = None
             self._timer = None
             self._timer_at = None
+            self._waits = self._cancelled = self._timeouts = 0
+            self._wait_total = self._wait_max = 0.0
             return self
+
+        def stats(self) -> LimiterStats:
+            """Counts of grants, waits, cancellations and timeouts since the limiter was made."""
+            granted, tokens = self._granted()
+            return LimiterStats(granted, tokens, self._waits, self._wait_total, self._wait_max,
+                                self._cancelled, self._timeouts, self.waiting)
 
         def __call__(self, func: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             """``@limiter``: every call of the decorated async function first takes one token."""
@@ -75,11 +97,21 @@ def build(core: ModuleType) -> tuple[type, type]:
         async def _wait(self, amount: float, timeout: float | None) -> None:
             loop = self._own_loop()
             granted = loop.create_future()
-            ident = self._enqueue(amount, timeout, granted)
+            try:
+                ident = self._enqueue(amount, timeout, granted)
+            except TimeoutError:
+                self._timeouts += 1
+                raise
+            started = loop.time()
             try:
                 self._dispatch()
                 await granted
+                waited = loop.time() - started
+                self._waits += 1
+                self._wait_total += waited
+                self._wait_max = max(self._wait_max, waited)
             except BaseException:  # cancelled, interrupted, or destroyed while waiting
+                self._cancelled += 1
                 if granted.done() and not granted.cancelled():
                     self._refund(amount)  # granted, but its task will never use it
                 else:

@@ -203,7 +203,19 @@ typedef struct {
     bool has_last;      /* last_now holds a reading */
     tb_ns last_now;     /* the latest reading of the clock */
     PyObject *domain;   /* the loop whose own clock core times are on; NULL: CLOCK_MONOTONIC */
+    uint64_t granted;   /* grants kept (a grant given back by a cancelled waiter is not counted) */
+    double granted_tokens;
 } BucketObject;
+
+// Takes amount at now for a newcomer if it may have it, counting the grant.
+static bool take_counted(BucketObject *self, double amount, tb_ns now)
+{
+    if (!tb_take(&self->core, amount, now))
+        return false;
+    self->granted++;
+    self->granted_tokens += amount;
+    return true;
+}
 
 // CLOCK_MONOTONIC now, in nanoseconds.
 static tb_ns monotonic_ns(void)
@@ -596,7 +608,7 @@ static PyObject *bucket_aenter(PyObject *op, PyObject *Py_UNUSED(ignored))
     tb_ns now;
     if (bucket_now(self, &now) < 0)
         return NULL;
-    if (tb_take(&self->core, 1.0, now))
+    if (take_counted(self, 1.0, now))
         return Py_NewRef(self->state->ready);
     return wait_for_grant(self, 1.0, Py_None);
 }
@@ -661,7 +673,7 @@ static PySendResult acquisition_send(PyObject *op, PyObject *arg, PyObject **res
             *result = NULL;
             return PYGEN_ERROR;
         }
-        if (tb_take(&bucket->core, self->amount, now)) {
+        if (take_counted(bucket, self->amount, now)) {
             *result = Py_NewRef(Py_None);
             return PYGEN_RETURN;
         }
@@ -844,7 +856,7 @@ static PyObject *bucket_try_acquire(PyObject *op, PyObject *const *args, Py_ssiz
     tb_ns now;
     if (amount_now(self, "try_acquire", args, nargsf, kwnames, &amount, &now) < 0)
         return NULL;
-    return PyBool_FromLong(tb_take(&self->core, amount, now));
+    return PyBool_FromLong(take_counted(self, amount, now));
 }
 
 // has_capacity(amount=1) -> bool: whether acquire(amount) would go through now; takes nothing.
@@ -929,13 +941,17 @@ static PyObject *bucket_pop_head(PyObject *op, PyObject *arg)
     int grant = PyObject_IsTrue(arg);
     if (grant < 0)
         return NULL;
+    tb_ns now;
+    if (bucket_now(self, &now) < 0)  /* may run Python: look at the queue only after it */
+        return NULL;
     if (self->core.head == TB_NIL) {
         PyErr_SetString(PyExc_IndexError, "no waiter is queued");
         return NULL;
     }
-    tb_ns now;
-    if (bucket_now(self, &now) < 0)
-        return NULL;
+    if (grant) {
+        self->granted++;
+        self->granted_tokens += self->core.slots[self->core.head].amount;
+    }
     return tb_pop_head(&self->core, now, grant);  /* the queue's reference passes to the caller */
 }
 
@@ -963,7 +979,16 @@ static PyObject *bucket_refund(PyObject *op, PyObject *arg)
     if (bucket_now(self, &now) < 0)
         return NULL;
     tb_refund(&self->core, amount, now);
+    self->granted--;
+    self->granted_tokens -= amount;
     Py_RETURN_NONE;
+}
+
+// _granted() -> (count, tokens): the grants kept so far.
+static PyObject *bucket_granted(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    BucketObject *self = (BucketObject *)op;
+    return Py_BuildValue("(Kd)", (unsigned long long)self->granted, self->granted_tokens);
 }
 
 static PyObject *bucket_get_max_rate(PyObject *op, void *closure)
@@ -1036,6 +1061,7 @@ static PyMethodDef bucket_methods[] = {
     {"_pop_head", bucket_pop_head, METH_O, NULL},
     {"_head_ready_at", bucket_head_ready_at, METH_NOARGS, NULL},
     {"_refund", bucket_refund, METH_O, NULL},
+    {"_granted", bucket_granted, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
