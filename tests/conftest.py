@@ -13,7 +13,7 @@ import pytest
 
 from aiotb import _core_py
 from aiotb._keyed import KeyedLimiter
-from aiotb._limiter import build
+from aiotb._limiter import build, window_class
 
 from virtual_loop import VirtualClockLoop
 
@@ -42,7 +42,7 @@ def _namespace(core: Any) -> SimpleNamespace:
     limiter, async_limiter = build(core)
     keyed = type("KeyedLimiter", (KeyedLimiter,), {"_limiter_class": limiter})
     return SimpleNamespace(core=core, Limiter=limiter, AsyncLimiter=async_limiter, KeyedLimiter=keyed,
-                           name=core.IMPLEMENTATION)
+                           WindowLimiter=window_class(limiter), name=core.IMPLEMENTATION)
 
 
 _LIBS: dict[str, SimpleNamespace] = {}

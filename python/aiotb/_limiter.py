@@ -9,9 +9,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import math
+import numbers
+import time
 import warnings
 from types import ModuleType
-from typing import Any, Awaitable, Callable, NamedTuple, TypeVar
+from typing import Any, Awaitable, Callable, Generator, NamedTuple, Sequence, TypeVar
 
 R = TypeVar("R")
 
@@ -35,6 +38,78 @@ class LimiterStats(NamedTuple):
     waiting: int            # tasks queued now
 
 
+class Reservation:
+    """A place in a limiter's queue, taken by ``limiter.reserve(amount)``."""
+
+    __slots__ = ("_limiter", "_ident", "_amount", "_granted", "_loop", "_used", "ready_at")
+
+    def __init__(self, limiter: Any, ident: int, amount: float, granted: asyncio.Future[None],
+                 ready_at: float, loop: asyncio.AbstractEventLoop) -> None:
+        self._limiter = limiter
+        self._ident = ident
+        self._amount = amount
+        self._granted = granted
+        self._loop = loop
+        self._used = False
+        self.ready_at = ready_at  #: loop time of the grant, as projected when reserved
+
+    @property
+    def delay(self) -> float:
+        """Seconds from now until the projected grant (0 once it is due)."""
+        return max(0.0, self.ready_at - self._loop.time())
+
+    def done(self) -> bool:
+        """Whether it has been granted (or failed, or cancelled)."""
+        return self._granted.done()
+
+    def cancel(self) -> bool:
+        """Gives the place back, or the tokens if it was granted and not yet awaited; the
+        waiters behind it are re-timed at once. False if it was already used or cancelled."""
+        if self._used:
+            return False
+        self._used = True
+        granted = self._granted
+        if granted.done() and not granted.cancelled() and granted.exception() is None:
+            self._limiter._refund(self._amount)
+        else:
+            self._limiter._withdraw(self._ident)
+            granted.cancel()
+        if not self._loop.is_closed():
+            self._limiter._dispatch()
+        return True
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._wait().__await__()
+
+    async def _wait(self) -> None:
+        if self._used:
+            raise RuntimeError("this reservation was already awaited or cancelled")
+        try:
+            await asyncio.shield(self._granted)
+        except asyncio.CancelledError:
+            self.cancel()
+            raise
+        self._used = True
+
+    def __repr__(self) -> str:
+        state = "granted" if self._granted.done() else f"ready in {self.delay:.6g} s"
+        return f"<Reservation of {self._amount!r} at {self.ready_at!r}: {state}>"
+
+
+def window_class(limiter: type) -> type:
+    """``WindowLimiter`` on top of a ``Limiter`` class from ``build``."""
+
+    class WindowLimiter(limiter):  # type: ignore[valid-type,misc]
+        """At most ``max_rate`` tokens in any window of ``time_period`` seconds, bursts included."""
+
+        __slots__ = ()
+
+        def __new__(cls, max_rate: float, time_period: float | None = None, *, fair: bool = True) -> Any:
+            return cls._create(max_rate, time_period, None, None, fair, False, None, True)
+
+    return WindowLimiter
+
+
 def build(core: ModuleType) -> tuple[type, type]:
     """The ``Limiter`` and ``AsyncLimiter`` classes on top of ``core.Bucket``."""
 
@@ -45,9 +120,10 @@ def build(core: ModuleType) -> tuple[type, type]:
                      "_timeouts", "__weakref__")
         _warn_on_reuse = False
 
-        def __new__(cls, max_rate: float, time_period: float = 60, *, burst: float | None = None,
-                    initial: float | None = None, fair: bool = True) -> Limiter:
-            return cls._create(max_rate, time_period, burst, initial, fair, False)
+        def __new__(cls, max_rate: float | None = None, time_period: float | None = None, *,
+                    burst: float | None = None, initial: float | None = None, fair: bool = True,
+                    rates: Sequence[tuple[float, ...]] | None = None) -> Limiter:
+            return cls._create(max_rate, time_period, burst, initial, fair, False, rates)
 
         @classmethod
         def _create(cls, *args: Any) -> Any:
@@ -119,6 +195,56 @@ def build(core: ModuleType) -> tuple[type, type]:
                 if self._loop is loop and not loop.is_closed():
                     self._dispatch()  # the next waiter may go now, or later than the timer says
                 raise
+
+        def set_rate(self, max_rate: float, time_period: float | None = None, *, burst: float | None = None,
+                     index: int = 0) -> None:
+            """Changes rate ``index`` from now on (``time_period``/``burst`` left out: unchanged).
+            It keeps the tokens it holds, at most the new burst; queued waiters are re-timed at
+            once, and those that can no longer be granted as promised are failed (see README)."""
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise TypeError(f"index must be an int, got {index!r}")
+            rates = self.rates
+            if time_period is None:
+                time_period = rates[index][1] if 0 <= index < len(rates) else self.time_period
+            if burst is None and 0 <= index < len(rates):
+                burst = rates[index][2]
+            self._set_rate(index, max_rate, time_period, burst)
+            self._settle()
+
+        def pause_until(self, when: float) -> None:
+            """Grants nothing before loop time ``when`` (a later call can only move it later)."""
+            self._pause_until(when)
+            self._settle()
+
+        def penalize(self, seconds: float) -> None:
+            """Grants nothing for ``seconds`` from now: a server's ``Retry-After``."""
+            if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+                raise TypeError(f"seconds must be a real number, got {seconds!r}")
+            if not (seconds >= 0 and math.isfinite(seconds)):
+                raise ValueError(f"seconds must be finite and >= 0, got {seconds!r}")
+            loop = asyncio.events._get_running_loop()
+            self.pause_until((loop.time() if loop is not None else time.monotonic()) + float(seconds))
+
+        def reserve(self, amount: float = 1) -> Reservation:
+            """Takes a place in the queue now and says when it will be granted: ``r.delay``
+            seconds from now, at loop time ``r.ready_at``. ``await r`` waits for it;
+            ``r.cancel()`` gives the place (or the tokens) back."""
+            loop = self._own_loop()
+            granted = loop.create_future()
+            ident, ready_at = self._reserve(amount, granted)
+            self._dispatch()
+            return Reservation(self, ident, float(amount), granted, ready_at, loop)
+
+        def _settle(self) -> None:
+            """After a change of the limits: fail the waiters it strands, re-time the rest."""
+            while (stranded := self._withdraw_stranded()) is not None:
+                waiter, never = stranded
+                if not waiter.done():
+                    waiter.set_exception(
+                        ValueError("the limiter's new burst is below this request's amount") if never else
+                        TimeoutError("after the limiter's change this request cannot be granted in time"))
+            if self._loop is not None and not self._loop.is_closed():
+                self._dispatch()
 
         def _own_loop(self) -> asyncio.AbstractEventLoop:
             """The running loop, which from now on owns this limiter's waiters and timer."""

@@ -11,6 +11,7 @@
 #include <structmember.h>
 
 #include <math.h>
+#include <string.h>
 #include <time.h>
 
 #include "tokenbucket.h"
@@ -197,8 +198,8 @@ typedef struct {
     PyObject_HEAD
     tb_state *state;    /* borrowed: the type keeps its module alive */
     tb_bucket core;
-    double max_rate;
-    double time_period;
+    double max_rates[TB_MAX_RATES];  /* each rate's max_rate and time_period as given (a window's: limit, period) */
+    double periods[TB_MAX_RATES];
     bool compat;        /* aiolimiter's AsyncLimiter: smallest first, its error text, no timeout */
     bool has_last;      /* last_now holds a reading */
     tb_ns last_now;     /* the latest reading of the clock */
@@ -439,18 +440,18 @@ static int parse_amount(BucketObject *self, PyObject *value, double *out)
         *out = PyFloat_AS_DOUBLE(value);
     else if (real_number(self->state, "amount", value, out) < 0)
         return -1;
-    if (*out > self->core.rate.burst) {
+    if (*out > self->core.max_amount) {
         if (self->compat)
             PyErr_SetString(PyExc_ValueError, "Can't acquire more than the maximum capacity");
         else
-            value_error_with("amount must not exceed burst (%R), got %R", self->core.rate.burst, value);
+            value_error_with("amount must not exceed burst (%R), got %R", self->core.max_amount, value);
         return -1;
     }
     if (!(*out > 0)) {
         PyErr_Format(PyExc_ValueError, "amount must be finite and > 0, got %R", value);
         return -1;
     }
-    if (*out < ldexp(self->core.rate.burst, -50)) {
+    if (*out < ldexp(self->core.max_amount, -50)) {
         PyErr_Format(PyExc_ValueError, "amount must be at least burst / 2**50 to be counted exactly, got %R", value);
         return -1;
     }
@@ -493,74 +494,205 @@ static PyObject *wait_for_grant(BucketObject *self, double amount, PyObject *tim
     return waiting;
 }
 
+typedef struct {
+    double max_rate, time_period, burst, initial, ns_per_token;
+} rate_spec;
+
+// Checks one rate's parameters, named with prefix ("" or "rates[1] "); fills *out. 0, or -1 with
+// TypeError/ValueError naming the parameter and its value.
+static int parse_rate(tb_state *st, const char *prefix, PyObject *max_rate_arg, PyObject *period_arg,
+                      PyObject *burst_arg, PyObject *initial_arg, bool compat, rate_spec *out)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%smax_rate", prefix);
+    if (positive_number(st, name, max_rate_arg, &out->max_rate) < 0)
+        return -1;
+    out->time_period = 60;
+    snprintf(name, sizeof name, "%stime_period", prefix);
+    if (period_arg && positive_number(st, name, period_arg, &out->time_period) < 0)
+        return -1;
+    snprintf(name, sizeof name, "%sburst", prefix);
+    if (burst_arg == NULL || burst_arg == Py_None) {
+        out->burst = compat || out->max_rate >= 1 ? out->max_rate : 1.0;
+    } else {
+        if (positive_number(st, name, burst_arg, &out->burst) < 0)
+            return -1;
+        if (out->burst < 1) {
+            PyErr_Format(PyExc_ValueError, "%s must be >= 1, the default amount, got %R", name, burst_arg);
+            return -1;
+        }
+    }
+    snprintf(name, sizeof name, "%sinitial", prefix);
+    if (initial_arg == NULL || initial_arg == Py_None) {
+        out->initial = out->burst;
+    } else {
+        if (real_number(st, name, initial_arg, &out->initial) < 0)
+            return -1;
+        if (!(0 <= out->initial && out->initial <= out->burst)) {
+            PyObject *shown = PyFloat_FromDouble(out->burst);
+            if (shown) {
+                PyErr_Format(PyExc_ValueError, "%s must be between 0 and burst (%R), got %R", name, shown,
+                             initial_arg);
+                Py_DECREF(shown);
+            }
+            return -1;
+        }
+    }
+    out->ns_per_token = out->time_period * 1e9 / out->max_rate;
+    if (!(out->ns_per_token > 0 && isfinite(out->ns_per_token))) {
+        PyErr_Format(PyExc_ValueError, "%smax_rate / time_period is out of range: %R / %R", prefix,
+                     max_rate_arg, period_arg ? period_arg : Py_None);
+        return -1;
+    }
+    if (!(out->burst * out->ns_per_token <= (double)TB_MAX_SPAN)) {
+        PyObject *shown = PyFloat_FromDouble(out->burst);
+        if (shown) {
+            PyErr_Format(PyExc_ValueError, "%sburst %R would take over 73 years to refill at %R per %R s",
+                         prefix, shown, max_rate_arg, period_arg ? period_arg : Py_None);
+            Py_DECREF(shown);
+        }
+        return -1;
+    }
+    return 0;
+}
+
+// A window's period in whole nanoseconds, checked; 0, or -1 with ValueError.
+static int window_period(double time_period, PyObject *period_arg, tb_ns *period)
+{
+    double ns = floor(time_period * 1e9 + 0.5);
+    if (!(ns >= 1 && ns <= (double)TB_MAX_SPAN)) {
+        PyErr_Format(PyExc_ValueError, "time_period must be between 1 ns and 73 years, got %R",
+                     period_arg ? period_arg : Py_None);
+        return -1;
+    }
+    *period = (tb_ns)ns;
+    return 0;
+}
+
+// Sets up *core from the constructor's arguments; fills the given rates. 0, or -1 with an exception.
+static int build_core(tb_state *st, PyObject *max_rate_arg, PyObject *period_arg, PyObject *burst_arg,
+                      PyObject *initial_arg, bool fair, bool compat, PyObject *rates_arg, bool window,
+                      tb_bucket *core, double *max_rates, double *periods)
+{
+    tb_order order = compat ? TB_SMALLEST_FIRST : TB_FIFO;
+    rate_spec spec;
+    if (rates_arg != Py_None) {
+        if (max_rate_arg != NULL || period_arg != NULL || burst_arg != Py_None || initial_arg != Py_None ||
+            window) {
+            PyErr_SetString(PyExc_TypeError, "rates= takes the place of max_rate, time_period, burst and initial");
+            return -1;
+        }
+        PyObject *rates = PySequence_Fast(rates_arg, "rates must be a sequence of (max_rate, time_period"
+                                                     "[, burst[, initial]]) tuples");
+        if (rates == NULL)
+            return -1;
+        Py_ssize_t count = PySequence_Fast_GET_SIZE(rates);
+        int rc = -1;
+        if (count < 1 || count > TB_MAX_RATES) {
+            PyErr_Format(PyExc_ValueError, "rates must hold 1 to %d rates, got %zd", TB_MAX_RATES, count);
+            goto rates_done;
+        }
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *item = PySequence_Fast_GET_ITEM(rates, i);
+            if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 2 || PyTuple_GET_SIZE(item) > 4) {
+                PyErr_Format(PyExc_TypeError, "rates[%zd] must be a tuple (max_rate, time_period[, burst[, "
+                             "initial]]), got %R", i, item);
+                goto rates_done;
+            }
+            char prefix[32];
+            snprintf(prefix, sizeof prefix, "rates[%zd] ", i);
+            Py_ssize_t n = PyTuple_GET_SIZE(item);
+            if (parse_rate(st, prefix, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1),
+                           n > 2 ? PyTuple_GET_ITEM(item, 2) : NULL, n > 3 ? PyTuple_GET_ITEM(item, 3) : NULL,
+                           compat, &spec) < 0)
+                goto rates_done;
+            if ((i == 0 ? tb_init(core, spec.ns_per_token, spec.burst, spec.initial, fair, order)
+                        : tb_add_rate(core, spec.ns_per_token, spec.burst, spec.initial)) != TB_OK) {
+                PyErr_SetString(PyExc_SystemError, "the core rejected checked rates");
+                goto rates_done;
+            }
+            max_rates[i] = spec.max_rate;
+            periods[i] = spec.time_period;
+        }
+        rc = 0;
+    rates_done:
+        Py_DECREF(rates);
+        return rc;
+    }
+    if (max_rate_arg == NULL) {
+        PyErr_SetString(PyExc_TypeError, "max_rate is required (or rates=)");
+        return -1;
+    }
+    if (window) {
+        tb_ns period;
+        if (burst_arg != Py_None || initial_arg != Py_None) {
+            PyErr_SetString(PyExc_TypeError, "a window takes no burst or initial: its limit is max_rate");
+            return -1;
+        }
+        if (parse_rate(st, "", max_rate_arg, period_arg, NULL, NULL, true, &spec) < 0 ||
+            window_period(spec.time_period, period_arg, &period) < 0)
+            return -1;
+        tb_status status = tb_init_window(core, period, spec.max_rate, fair, order);
+        if (status != TB_OK) {
+            if (status == TB_ENOMEM)
+                PyErr_NoMemory();
+            else
+                PyErr_SetString(PyExc_SystemError, "the core rejected a checked window");
+            return -1;
+        }
+    } else {
+        if (parse_rate(st, "", max_rate_arg, period_arg, burst_arg, initial_arg, compat, &spec) < 0)
+            return -1;
+        if (tb_init(core, spec.ns_per_token, spec.burst, spec.initial, fair, order) != TB_OK) {
+            PyErr_SetString(PyExc_SystemError, "the core rejected a checked rate");
+            return -1;
+        }
+    }
+    max_rates[0] = spec.max_rate;
+    periods[0] = spec.time_period;
+    return 0;
+}
+
 static PyObject *bucket_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"max_rate", "time_period", "burst", "initial", "fair", "compat", NULL};
-    PyObject *max_rate_arg, *period_arg = NULL, *burst_arg = Py_None, *initial_arg = Py_None;
-    PyObject *fair_arg = Py_True, *compat_arg = Py_False;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOOOO:Bucket", keywords, &max_rate_arg,
-                                     &period_arg, &burst_arg, &initial_arg, &fair_arg, &compat_arg))
+    static char *keywords[] = {"max_rate", "time_period", "burst", "initial", "fair", "compat",
+                               "rates", "window", NULL};
+    PyObject *max_rate_arg = NULL, *period_arg = NULL, *burst_arg = Py_None, *initial_arg = Py_None;
+    PyObject *fair_arg = Py_True, *compat_arg = Py_False, *rates_arg = Py_None, *window_arg = Py_False;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OOOOOOOO:Bucket", keywords, &max_rate_arg, &period_arg,
+                                     &burst_arg, &initial_arg, &fair_arg, &compat_arg, &rates_arg, &window_arg))
         return NULL;
+    if (max_rate_arg == Py_None)
+        max_rate_arg = NULL;
+    if (period_arg == Py_None)
+        period_arg = NULL;
     PyObject *module = PyType_GetModuleByDef(type, &tokenbucket_module);
     if (module == NULL)
         return NULL;
     tb_state *st = PyModule_GetState(module);
-
-    double max_rate, time_period = 60, burst, initial;
-    if (positive_number(st, "max_rate", max_rate_arg, &max_rate) < 0)
-        return NULL;
-    if (period_arg && positive_number(st, "time_period", period_arg, &time_period) < 0)
-        return NULL;
     if (!PyBool_Check(fair_arg))
         return PyErr_Format(PyExc_TypeError, "fair must be a bool, got %R", fair_arg);
     if (!PyBool_Check(compat_arg))
         return PyErr_Format(PyExc_TypeError, "compat must be a bool, got %R", compat_arg);
-    bool compat = compat_arg == Py_True;
-    if (burst_arg == Py_None) {
-        burst = compat || max_rate >= 1 ? max_rate : 1.0;
-    } else {
-        if (positive_number(st, "burst", burst_arg, &burst) < 0)
-            return NULL;
-        if (burst < 1)
-            return PyErr_Format(PyExc_ValueError, "burst must be >= 1, the default amount, got %R", burst_arg);
-    }
-    if (initial_arg == Py_None) {
-        initial = burst;
-    } else {
-        if (real_number(st, "initial", initial_arg, &initial) < 0)
-            return NULL;
-        if (!(0 <= initial && initial <= burst)) {
-            value_error_with("initial must be between 0 and burst (%R), got %R", burst, initial_arg);
-            return NULL;
-        }
-    }
-    double ns_per_token = time_period * 1e9 / max_rate;
-    if (!(ns_per_token > 0 && isfinite(ns_per_token)))
-        return PyErr_Format(PyExc_ValueError, "max_rate / time_period is out of range: %R / %R",
-                            max_rate_arg, period_arg ? period_arg : Py_None);
-    if (!(burst * ns_per_token <= (double)TB_MAX_SPAN)) {
-        PyObject *shown = PyFloat_FromDouble(burst);
-        if (shown) {
-            PyErr_Format(PyExc_ValueError, "burst %R would take over 73 years to refill at %R per %R s",
-                         shown, max_rate_arg, period_arg ? period_arg : Py_None);
-            Py_DECREF(shown);
-        }
-        return NULL;
-    }
+    if (!PyBool_Check(window_arg))
+        return PyErr_Format(PyExc_TypeError, "window must be a bool, got %R", window_arg);
 
-    BucketObject *self = (BucketObject *)type->tp_alloc(type, 0);
-    if (self == NULL)
+    tb_bucket core;
+    double max_rates[TB_MAX_RATES] = {0}, periods[TB_MAX_RATES] = {0};
+    if (build_core(st, max_rate_arg, period_arg, burst_arg, initial_arg, fair_arg == Py_True,
+                   compat_arg == Py_True, rates_arg, window_arg == Py_True, &core, max_rates, periods) < 0)
         return NULL;
-    self->state = st;
-    if (tb_init(&self->core, ns_per_token, burst, initial, fair_arg == Py_True,
-                compat ? TB_SMALLEST_FIRST : TB_FIFO) != TB_OK) {
-        Py_DECREF(self);
-        return PyErr_Format(PyExc_SystemError, "tb_init rejected validated parameters");
+    tb_set_late_credit(&core, LATE_CREDIT_NS);
+    BucketObject *self = (BucketObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        tb_release(&core);
+        return NULL;
     }
-    tb_set_late_credit(&self->core, LATE_CREDIT_NS);
-    self->max_rate = max_rate;
-    self->time_period = time_period;
-    self->compat = compat;
+    self->state = st;
+    self->core = core;  /* the bucket now owns the core's memory */
+    memcpy(self->max_rates, max_rates, sizeof max_rates);
+    memcpy(self->periods, periods, sizeof periods);
+    self->compat = compat_arg == Py_True;
     return (PyObject *)self;
 }
 
@@ -868,7 +1000,7 @@ static PyObject *bucket_has_capacity(PyObject *op, PyObject *const *args, Py_ssi
     if (self->compat && PyVectorcall_NARGS(nargsf) == 1 && kwnames == NULL &&
         !PyBool_Check(args[0]) && (PyFloat_Check(args[0]) || PyLong_Check(args[0]))) {
         double asked = PyFloat_AsDouble(args[0]);  /* aiolimiter answers False above capacity */
-        if ((asked == -1.0 && PyErr_Occurred()) || asked > self->core.rate.burst) {
+        if ((asked == -1.0 && PyErr_Occurred()) || asked > self->core.max_amount) {
             PyErr_Clear();
             Py_RETURN_FALSE;
         }
@@ -991,29 +1123,138 @@ static PyObject *bucket_granted(PyObject *op, PyObject *Py_UNUSED(ignored))
     return Py_BuildValue("(Kd)", (unsigned long long)self->granted, self->granted_tokens);
 }
 
+// _set_rate(index, max_rate, time_period, burst): changes a rate (or the window) as of now.
+static PyObject *bucket_set_rate(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    BucketObject *self = (BucketObject *)op;
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "_set_rate() takes 4 arguments (%zd given)", nargs);
+    Py_ssize_t index = PyLong_AsSsize_t(args[0]);
+    if (index == -1 && PyErr_Occurred())
+        return NULL;
+    bool window = self->core.window.period != 0;
+    if (index < 0 || index >= (window ? 1 : (Py_ssize_t)self->core.nrates))
+        return PyErr_Format(PyExc_IndexError, "index must name one of the limiter's rates, got %zd", index);
+    rate_spec spec;
+    if (parse_rate(self->state, "", args[1], args[2] == Py_None ? NULL : args[2],
+                   window ? NULL : args[3], NULL, window || self->compat, &spec) < 0)
+        return NULL;
+    tb_ns now;
+    if (bucket_now(self, &now) < 0)
+        return NULL;
+    if (window) {
+        tb_ns period;
+        if (args[3] != Py_None)
+            return PyErr_Format(PyExc_TypeError, "a window takes no burst: its limit is max_rate");
+        if (window_period(spec.time_period, args[2], &period) < 0)
+            return NULL;
+        (void)tb_set_window(&self->core, period, spec.max_rate);
+    } else {
+        (void)tb_set_rate(&self->core, (uint32_t)index, spec.ns_per_token, spec.burst, now);
+    }
+    self->max_rates[index] = spec.max_rate;
+    self->periods[index] = spec.time_period;
+    Py_RETURN_NONE;
+}
+
+// _pause_until(when): no grant before the loop time when, in seconds.
+static PyObject *bucket_pause_until(PyObject *op, PyObject *arg)
+{
+    BucketObject *self = (BucketObject *)op;
+    double when;
+    tb_ns now, until;
+    if (real_number(self->state, "when", arg, &when) < 0)
+        return NULL;
+    if (isnan(when))
+        return PyErr_Format(PyExc_ValueError, "when must be a loop time, got %R", arg);
+    if (bucket_now(self, &now) < 0)
+        return NULL;
+    if (when >= (double)TB_MAX_SPAN / 1e9)
+        return PyErr_Format(PyExc_ValueError, "when is too far ahead: %R", arg);
+    if (when > -(double)TB_MAX_SPAN / 1e9 && seconds_to_ns(when, &until) == 0)
+        tb_pause_until(&self->core, until);
+    Py_RETURN_NONE;
+}
+
+// _withdraw_stranded() -> (handle, never) or None: a waiter that can no longer be granted as
+// promised; never is True if it can never be granted at all.
+static PyObject *bucket_withdraw_stranded(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    BucketObject *self = (BucketObject *)op;
+    tb_ns now;
+    bool never;
+    if (bucket_now(self, &now) < 0)
+        return NULL;
+    PyObject *handle = tb_withdraw_stranded(&self->core, now, &never);
+    if (handle == NULL)
+        Py_RETURN_NONE;
+    PyObject *result = Py_BuildValue("(OO)", handle, never ? Py_True : Py_False);
+    Py_DECREF(handle);  /* the queue's reference */
+    return result;
+}
+
+// _reserve(amount, handle) -> (id, ready_at): queues a waiter promised its projected grant.
+static PyObject *bucket_reserve(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    BucketObject *self = (BucketObject *)op;
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "_reserve() takes 2 arguments (%zd given)", nargs);
+    if (self->compat)
+        return PyErr_Format(PyExc_TypeError, "AsyncLimiter has no reservations; use aiotb.Limiter");
+    double amount;
+    tb_ns now;
+    if (parse_amount(self, args[0], &amount) < 0 || bucket_now(self, &now) < 0)
+        return NULL;
+    tb_ns ready = tb_projected_grant(&self->core, amount, now);
+    if (ready == TB_NEVER)
+        return PyErr_NoMemory();
+    tb_id id;
+    tb_status status = tb_enqueue(&self->core, amount, now, ready, args[1], &id);
+    if (status != TB_OK)
+        return status == TB_ENOMEM ? PyErr_NoMemory()
+                                   : PyErr_Format(PyExc_SystemError, "the core broke its own projection");
+    Py_INCREF(args[1]);
+    return Py_BuildValue("(Kd)", (unsigned long long)id, ns_to_seconds(ready));
+}
+
+static PyObject *bucket_get_rates(PyObject *op, void *closure)
+{
+    (void)closure;
+    BucketObject *self = (BucketObject *)op;
+    PyObject *rates = PyTuple_New(self->core.nrates);
+    for (uint32_t i = 0; rates && i < self->core.nrates; i++) {
+        PyObject *rate = Py_BuildValue("(ddd)", self->max_rates[i], self->periods[i], self->core.rates[i].burst);
+        if (rate == NULL)
+            Py_CLEAR(rates);
+        else
+            PyTuple_SET_ITEM(rates, i, rate);
+    }
+    return rates;
+}
+
 static PyObject *bucket_get_max_rate(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyFloat_FromDouble(((BucketObject *)op)->max_rate);
+    return PyFloat_FromDouble(((BucketObject *)op)->max_rates[0]);
 }
 
 static PyObject *bucket_get_time_period(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyFloat_FromDouble(((BucketObject *)op)->time_period);
+    return PyFloat_FromDouble(((BucketObject *)op)->periods[0]);
 }
 
 static PyObject *bucket_get_burst(PyObject *op, void *closure)
 {
     (void)closure;
-    return PyFloat_FromDouble(((BucketObject *)op)->core.rate.burst);
+    return PyFloat_FromDouble(((BucketObject *)op)->core.max_amount);
 }
 
 static PyObject *bucket_get_rate(PyObject *op, void *closure)
 {
     (void)closure;
     BucketObject *self = (BucketObject *)op;
-    return PyFloat_FromDouble(self->max_rate / self->time_period);
+    return PyFloat_FromDouble(self->max_rates[0] / self->periods[0]);
 }
 
 static PyObject *bucket_get_fair(PyObject *op, void *closure)
@@ -1046,6 +1287,7 @@ static PyGetSetDef bucket_getset[] = {
     {"fair", bucket_get_fair, NULL, "Whether newcomers queue behind waiters.", NULL},
     {"tokens", bucket_get_tokens, NULL, "Tokens available now.", NULL},
     {"waiting", bucket_get_waiting, NULL, "Number of queued waiters.", NULL},
+    {"rates", bucket_get_rates, NULL, "Every rate as (max_rate, time_period, burst).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1062,6 +1304,10 @@ static PyMethodDef bucket_methods[] = {
     {"_head_ready_at", bucket_head_ready_at, METH_NOARGS, NULL},
     {"_refund", bucket_refund, METH_O, NULL},
     {"_granted", bucket_granted, METH_NOARGS, NULL},
+    {"_set_rate", (PyCFunction)(void (*)(void))bucket_set_rate, METH_FASTCALL, NULL},
+    {"_pause_until", bucket_pause_until, METH_O, NULL},
+    {"_withdraw_stranded", bucket_withdraw_stranded, METH_NOARGS, NULL},
+    {"_reserve", (PyCFunction)(void (*)(void))bucket_reserve, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -90,23 +90,160 @@ static tb_ns fit_at(const tb_rate *r, double need, tb_ns now)
     return t;
 }
 
+/* ---- the window: a log of grants, oldest first ---- */
+
+#define MIN_LOG 16u
+
+// The i-th oldest grant in the log.
+static tb_grant *log_at(const tb_window *w, uint32_t i)
+{
+    return &w->log[(w->log_first + i) % w->log_capacity];
+}
+
+// Tokens of the logged grants still inside the window that ends at t (they are newer than t - period).
+static double window_used(const tb_window *w, tb_ns t)
+{
+    double used = 0;
+    for (uint32_t i = 0; i < w->log_count; i++) {
+        const tb_grant *g = log_at(w, i);
+        if (g->at > t - w->period)
+            used += g->amount;
+    }
+    return used;
+}
+
+// Whether amount more fits in the window ending at t.
+static bool window_fits(const tb_window *w, double amount, tb_ns t)
+{
+    return w->period == 0 || window_used(w, t) + amount <= w->limit;
+}
+
+// First instant >= t at which amount more fits in the window: when enough old grants have left it.
+static tb_ns window_fit_at(const tb_window *w, double amount, tb_ns t)
+{
+    if (window_fits(w, amount, t))
+        return t;
+    for (uint32_t i = 0; i < w->log_count; i++) {  /* grant i leaves the window at its at + period */
+        tb_ns leaves = log_at(w, i)->at + w->period;
+        if (leaves > t && window_fits(w, amount, leaves))
+            return leaves;
+    }
+    return TB_NEVER;  /* only for amount > limit, which is never queued */
+}
+
+// Drops the grants that no window ending at now or later can see.
+static void window_forget(tb_window *w, tb_ns now)
+{
+    while (w->log_count > 0 && log_at(w, 0)->at <= now - w->period) {
+        w->log_first = (w->log_first + 1) % w->log_capacity;
+        w->log_count--;
+    }
+}
+
+// Logs a grant of amount at t. Should the log fail to grow, the grant is merged into the newest,
+// which then counts for longer than its own: stricter, never looser.
+static void window_record(tb_window *w, double amount, tb_ns t)
+{
+    if (w->period == 0)
+        return;
+    window_forget(w, t);
+    if (w->log_count > 0 && log_at(w, w->log_count - 1)->at > t)
+        t = log_at(w, w->log_count - 1)->at;  /* keep the log in time order */
+    if (w->log_count == w->log_capacity) {
+        uint32_t grown = w->log_capacity * 2;
+        tb_grant *log = grown > w->log_capacity ? malloc((size_t)grown * sizeof *log) : NULL;
+        if (log == NULL) {
+            tb_grant *newest = log_at(w, w->log_count - 1);
+            newest->amount += amount;
+            newest->at = t;
+            return;
+        }
+        for (uint32_t i = 0; i < w->log_count; i++)
+            log[i] = *log_at(w, i);
+        free(w->log);
+        w->log = log;
+        w->log_first = 0;
+        w->log_capacity = grown;
+    }
+    *log_at(w, w->log_count++) = (tb_grant){.at = t, .amount = amount};
+}
+
+// Takes back a logged grant of amount: the oldest of that size, so the log errs on the strict side.
+static void window_unrecord(tb_window *w, double amount)
+{
+    for (uint32_t i = 0; i < w->log_count; i++) {
+        if (log_at(w, i)->amount != amount)
+            continue;
+        for (uint32_t j = i; j + 1 < w->log_count; j++)
+            *log_at(w, j) = *log_at(w, j + 1);
+        w->log_count--;
+        return;
+    }
+}
+
+/* ---- every limit at once: the rates, the window and a pause ---- */
+
+// Whether amount can be granted at t by every limit.
+static bool all_fit(const tb_bucket *b, double amount, tb_ns t)
+{
+    if (t < b->paused_until)
+        return false;
+    for (uint32_t i = 0; i < b->nrates; i++)
+        if (!fits(&b->rates[i], amount * b->rates[i].ns_per_token, t))
+            return false;
+    return window_fits(&b->window, amount, t);
+}
+
+// First instant >= t at which every limit grants amount: each fits from some instant on, so the latest.
+static tb_ns all_fit_at(const tb_bucket *b, double amount, tb_ns t)
+{
+    if (t < b->paused_until)
+        t = b->paused_until;
+    for (uint32_t i = 0; i < b->nrates; i++) {
+        tb_ns ready = fit_at(&b->rates[i], amount * b->rates[i].ns_per_token, t);
+        if (ready > t)
+            t = ready;
+    }
+    tb_ns open = window_fit_at(&b->window, amount, t);
+    return open > t ? open : t;
+}
+
+// Grants amount: the rates as of rates_at (never after now), the window at now.
+static void take_all(tb_bucket *b, double amount, tb_ns rates_at, tb_ns now)
+{
+    for (uint32_t i = 0; i < b->nrates; i++)
+        consume(&b->rates[i], amount * b->rates[i].ns_per_token, rates_at);
+    window_record(&b->window, amount, now);
+}
+
+// The largest amount any single grant may take.
+static double most_grantable(const tb_bucket *b)
+{
+    double most = b->window.period ? b->window.limit : INFINITY;
+    for (uint32_t i = 0; i < b->nrates; i++)
+        if (b->rates[i].burst < most)
+            most = b->rates[i].burst;
+    return most;
+}
+
 /* ---- the bucket ---- */
 
-tb_status tb_init(tb_bucket *b, double ns_per_token, double burst, double initial,
-                  bool fair, tb_order order)
+// Whether a rate's parameters are usable.
+static bool rate_ok(double ns_per_token, double burst, double initial)
 {
-    if (!positive(ns_per_token) || !positive(burst) || !(initial >= 0) || initial > burst)
-        return TB_EINVAL;
-    double burst_ns = burst * ns_per_token;
-    if (!(burst_ns <= (double)TB_MAX_SPAN))
-        return TB_EINVAL;
+    return positive(ns_per_token) && positive(burst) && initial >= 0 && initial <= burst &&
+           burst * ns_per_token <= (double)TB_MAX_SPAN;
+}
+
+// An empty bucket with no limit yet.
+static tb_status init_empty(tb_bucket *b, bool fair, tb_order order)
+{
     if (order != TB_FIFO && order != TB_SMALLEST_FIRST)
         return TB_EINVAL;
     *b = (tb_bucket){
-        .rate = {.ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst_ns},
+        .paused_until = INT64_MIN,
         .order = order,
         .fair = fair,
-        .initial = initial,
         .head = TB_NIL,
         .tail = TB_NIL,
         .free = TB_NIL,
@@ -114,34 +251,86 @@ tb_status tb_init(tb_bucket *b, double ns_per_token, double burst, double initia
     return TB_OK;
 }
 
+tb_status tb_init(tb_bucket *b, double ns_per_token, double burst, double initial,
+                  bool fair, tb_order order)
+{
+    if (!rate_ok(ns_per_token, burst, initial) || init_empty(b, fair, order) != TB_OK)
+        return TB_EINVAL;
+    return tb_add_rate(b, ns_per_token, burst, initial);
+}
+
+tb_status tb_init_window(tb_bucket *b, tb_ns period, double limit, bool fair, tb_order order)
+{
+    if (period <= 0 || period > TB_MAX_SPAN || !positive(limit) || init_empty(b, fair, order) != TB_OK)
+        return TB_EINVAL;
+    b->window.log = malloc(MIN_LOG * sizeof *b->window.log);
+    if (b->window.log == NULL)
+        return TB_ENOMEM;
+    b->window.log_capacity = MIN_LOG;
+    b->window.period = period;
+    b->window.limit = limit;
+    b->max_amount = limit;
+    return TB_OK;
+}
+
+tb_status tb_add_rate(tb_bucket *b, double ns_per_token, double burst, double initial)
+{
+    if (b->nrates == TB_MAX_RATES || b->anchored || !rate_ok(ns_per_token, burst, initial))
+        return TB_EINVAL;
+    b->rates[b->nrates++] = (tb_rate){
+        .ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token, .initial = initial};
+    b->max_amount = most_grantable(b);
+    return TB_OK;
+}
+
 void tb_release(tb_bucket *b)
 {
     free(b->slots);
+    free(b->window.log);
     b->slots = NULL;
+    b->window.log = NULL;
+    b->window.log_capacity = b->window.log_count = 0;
     b->capacity = 0;
     b->head = b->tail = b->free = TB_NIL;
     b->waiting = b->with_deadline = 0;
     b->queued_tokens = 0;
 }
 
-// Sets F from the first reading of the clock: the bucket holds `initial` tokens at now.
+// Sets every F from the first reading of the clock: each rate holds its initial tokens at now.
 static void anchor(tb_bucket *b, tb_ns now)
 {
     if (b->anchored)
         return;
     b->anchored = true;
-    b->rate.full_at = now;
-    b->rate.full_at_frac = 0.0;
-    advance(&b->rate, (b->rate.burst - b->initial) * b->rate.ns_per_token);
+    for (uint32_t i = 0; i < b->nrates; i++) {
+        tb_rate *r = &b->rates[i];
+        r->full_at = now;
+        r->full_at_frac = 0.0;
+        advance(r, (r->burst - r->initial) * r->ns_per_token);
+    }
+}
+
+// Tokens one rate holds at now.
+static double rate_tokens(const tb_rate *r, tb_ns now)
+{
+    double owed = debt(r, now);
+    if (owed <= 0)
+        return r->burst;
+    double tokens = r->burst - owed / r->ns_per_token;
+    return tokens > 0 ? tokens : 0;
 }
 
 double tb_tokens(tb_bucket *b, tb_ns now)
 {
     anchor(b, now);
-    double owed = debt(&b->rate, now);
-    if (owed <= 0)
-        return b->rate.burst;
-    double tokens = b->rate.burst - owed / b->rate.ns_per_token;
+    if (now < b->paused_until)
+        return 0;
+    double tokens = b->window.period ? b->window.limit - window_used(&b->window, now) : INFINITY;
+    for (uint32_t i = 0; i < b->nrates; i++) {
+        double held = rate_tokens(&b->rates[i], now);
+        if (held < tokens)
+            tokens = held;
+    }
     return tokens > 0 ? tokens : 0;
 }
 
@@ -154,35 +343,71 @@ static bool must_queue(const tb_bucket *b)
 bool tb_can_take(tb_bucket *b, double amount, tb_ns now)
 {
     anchor(b, now);
-    return !must_queue(b) && fits(&b->rate, amount * b->rate.ns_per_token, now);
+    return !must_queue(b) && all_fit(b, amount, now);
 }
 
 bool tb_take(tb_bucket *b, double amount, tb_ns now)
 {
     anchor(b, now);
-    double need = amount * b->rate.ns_per_token;
-    if (must_queue(b) || !fits(&b->rate, need, now))
+    if (must_queue(b) || !all_fit(b, amount, now))
         return false;
-    consume(&b->rate, need, now);
+    take_all(b, amount, now, now);
     return true;
+}
+
+// Grant instant of a waiter for amount queued right behind the waiters before slot stop (TB_NIL:
+// all of them), found by granting them in order on a copy of the limits.
+static tb_ns simulated_grant(const tb_bucket *b, uint32_t stop, double amount, tb_ns now)
+{
+    tb_bucket copy = *b;  /* reads the queue; owns a copy of the window's log */
+    copy.window.log = NULL;
+    copy.window.log_first = copy.window.log_capacity = copy.window.log_count = 0;
+    if (b->window.period) {
+        copy.window.log_capacity = b->window.log_count + (uint32_t)b->waiting + 1;
+        copy.window.log = malloc((size_t)copy.window.log_capacity * sizeof *copy.window.log);
+        if (copy.window.log == NULL)
+            return TB_NEVER;  /* cannot tell: promise nothing */
+        for (uint32_t i = 0; i < b->window.log_count; i++)
+            copy.window.log[i] = *log_at(&b->window, i);
+        copy.window.log_count = b->window.log_count;
+    }
+    tb_ns t = now;
+    for (uint32_t s = b->head;; s = b->slots[s].next) {
+        double next = s == stop ? amount : b->slots[s].amount;
+        t = all_fit_at(&copy, next, t);
+        if (s == stop || t == TB_NEVER)
+            break;
+        take_all(&copy, next, t, t);
+    }
+    free(copy.window.log);
+    return t;
+}
+
+// Grant instant of a waiter for amount queued right behind the waiters before slot stop, who ask
+// for ahead tokens in all, if nothing changes: FIFO grants come back to back.
+static tb_ns projected_behind(const tb_bucket *b, uint32_t stop, double ahead, double amount, tb_ns now)
+{
+    if (b->nrates != 1 || b->window.period || b->paused_until > now)
+        return simulated_grant(b, stop, amount, now);
+    /* One rate: the waiter is granted once it and all before it fit in a bucket full at F. */
+    const tb_rate *rate = &b->rates[0];
+    double need = (ahead + amount) * rate->ns_per_token;
+    if (need <= rate->burst_ns)
+        return fit_at(rate, need, now);
+    tb_rate full = *rate;
+    if (full_before(&full, now)) {
+        full.full_at = now;
+        full.full_at_frac = 0.0;
+    }
+    advance(&full, need - rate->burst_ns);  /* max(F, now) + need - burst_ns */
+    tb_ns t = full.full_at + (full.full_at_frac > 0);
+    return t > now ? t : now;
 }
 
 tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now)
 {
     anchor(b, now);
-    /* FIFO grants are back to back: the last queued is granted once the
-     * whole queue, itself included, fits in a bucket that is full at F. */
-    double need = (b->queued_tokens + amount) * b->rate.ns_per_token;
-    if (need <= b->rate.burst_ns)
-        return fit_at(&b->rate, need, now);
-    tb_rate full = b->rate;
-    if (full_before(&full, now)) {
-        full.full_at = now;
-        full.full_at_frac = 0.0;
-    }
-    advance(&full, need - b->rate.burst_ns);  /* max(F, now) + need - burst_ns */
-    tb_ns t = full.full_at + (full.full_at_frac > 0);
-    return t > now ? t : now;
+    return projected_behind(b, TB_NIL, b->queued_tokens, amount, now);
 }
 
 // Takes a slot off the free list, growing the slab if needed; TB_NIL when out of memory.
@@ -229,7 +454,7 @@ static void link_waiter(tb_bucket *b, uint32_t slot)
 tb_status tb_enqueue(tb_bucket *b, double amount, tb_ns now, tb_ns deadline,
                      void *handle, tb_id *id)
 {
-    if (!positive(amount) || amount > b->rate.burst)
+    if (!positive(amount) || amount > b->max_amount)
         return TB_EINVAL;  /* it could never be granted: tb_head_ready_at would never return */
     anchor(b, now);
     if (deadline != TB_NEVER) {
@@ -295,16 +520,16 @@ void *tb_ready_head(tb_bucket *b, tb_ns now)
     if (b->head == TB_NIL)
         return NULL;
     const tb_waiter *w = &b->slots[b->head];
-    return fits(&b->rate, w->amount * b->rate.ns_per_token, now) ? w->handle : NULL;
+    return all_fit(b, w->amount, now) ? w->handle : NULL;
 }
 
 void *tb_pop_head(tb_bucket *b, tb_ns now, bool grant)
 {
     anchor(b, now);
     if (grant) {
-        double need = b->slots[b->head].amount * b->rate.ns_per_token;
-        tb_ns ready = fit_at(&b->rate, need, now - b->late_credit);
-        consume(&b->rate, need, ready < now ? ready : now);
+        double amount = b->slots[b->head].amount;
+        tb_ns ready = all_fit_at(b, amount, now - b->late_credit);
+        take_all(b, amount, ready < now ? ready : now, now);
     }
     return unlink_waiter(b, b->head);
 }
@@ -319,13 +544,67 @@ tb_ns tb_head_ready_at(tb_bucket *b, tb_ns now)
     anchor(b, now);
     if (b->head == TB_NIL)
         return TB_NEVER;
-    return fit_at(&b->rate, b->slots[b->head].amount * b->rate.ns_per_token, now);
+    return all_fit_at(b, b->slots[b->head].amount, now);
+}
+
+tb_status tb_set_rate(tb_bucket *b, uint32_t index, double ns_per_token, double burst, tb_ns now)
+{
+    if (index >= b->nrates || !rate_ok(ns_per_token, burst, 0))
+        return TB_EINVAL;
+    anchor(b, now);
+    tb_rate *r = &b->rates[index];
+    double tokens = rate_tokens(r, now);
+    *r = (tb_rate){.ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token,
+                   .full_at = now};
+    advance(r, (burst - (tokens < burst ? tokens : burst)) * ns_per_token);
+    b->max_amount = most_grantable(b);
+    return TB_OK;
+}
+
+tb_status tb_set_window(tb_bucket *b, tb_ns period, double limit)
+{
+    if (b->window.period == 0 || period <= 0 || period > TB_MAX_SPAN || !positive(limit))
+        return TB_EINVAL;
+    b->window.period = period;
+    b->window.limit = limit;
+    b->max_amount = most_grantable(b);
+    return TB_OK;
+}
+
+void tb_pause_until(tb_bucket *b, tb_ns until)
+{
+    if (until > b->paused_until)
+        b->paused_until = until;
+}
+
+void *tb_withdraw_stranded(tb_bucket *b, tb_ns now, bool *never)
+{
+    anchor(b, now);
+    *never = true;
+    for (uint32_t s = b->head; s != TB_NIL; s = b->slots[s].next) {
+        const tb_waiter *w = &b->slots[s];
+        if (w->amount > b->max_amount)
+            return unlink_waiter(b, s);
+    }
+    *never = false;
+    if (b->with_deadline == 0)
+        return NULL;
+    double ahead = 0;
+    for (uint32_t s = b->head; s != TB_NIL; s = b->slots[s].next) {
+        const tb_waiter *w = &b->slots[s];
+        if (w->deadline != TB_NEVER && projected_behind(b, s, ahead, w->amount, now) > w->deadline)
+            return unlink_waiter(b, s);
+        ahead += w->amount;
+    }
+    return NULL;
 }
 
 void tb_refund(tb_bucket *b, double amount, tb_ns now)
 {
     anchor(b, now);
-    retreat(&b->rate, amount * b->rate.ns_per_token);
+    for (uint32_t i = 0; i < b->nrates; i++)
+        retreat(&b->rates[i], amount * b->rates[i].ns_per_token);
+    window_unrecord(&b->window, amount);
 }
 
 void tb_rebase(tb_bucket *b, tb_ns then, tb_ns now)
@@ -333,7 +612,12 @@ void tb_rebase(tb_bucket *b, tb_ns then, tb_ns now)
     if (!b->anchored)
         return;
     tb_ns shift = now - then;
-    b->rate.full_at += shift;
+    for (uint32_t i = 0; i < b->nrates; i++)
+        b->rates[i].full_at += shift;
+    for (uint32_t i = 0; i < b->window.log_count; i++)
+        log_at(&b->window, i)->at += shift;
+    if (b->paused_until != INT64_MIN)
+        b->paused_until += shift;
     for (uint32_t s = b->head; s != TB_NIL; s = b->slots[s].next)
         if (b->slots[s].deadline != TB_NEVER)
             b->slots[s].deadline += shift;
@@ -341,24 +625,36 @@ void tb_rebase(tb_bucket *b, tb_ns then, tb_ns now)
 
 int tb_check(const tb_bucket *b)
 {
-    const tb_rate *r = &b->rate;
-    if (!positive(r->ns_per_token) || !positive(r->burst) || r->burst_ns != r->burst * r->ns_per_token)
+    if (b->nrates > TB_MAX_RATES || (b->nrates == 0 && b->window.period == 0))
         return 1;
-    if (!(r->full_at_frac >= 0.0 && r->full_at_frac < 1.0))
-        return 2;
+    for (uint32_t i = 0; i < b->nrates; i++) {
+        const tb_rate *r = &b->rates[i];
+        if (!positive(r->ns_per_token) || !positive(r->burst) || r->burst_ns != r->burst * r->ns_per_token)
+            return 1;
+        if (!(r->full_at_frac >= 0.0 && r->full_at_frac < 1.0))
+            return 2;
+    }
+    if (b->max_amount != most_grantable(b))
+        return 1;
+    const tb_window *w = &b->window;
+    if (w->period && (w->log_count > w->log_capacity || w->log_first >= w->log_capacity))
+        return 10;
+    for (uint32_t i = 1; i < w->log_count; i++)
+        if (log_at(w, i)->at < log_at(w, i - 1)->at || !positive(log_at(w, i)->amount))
+            return 10;
     size_t count = 0, deadlines = 0;
     double tokens = 0;
     uint32_t prev = TB_NIL;
     for (uint32_t s = b->head; s != TB_NIL; prev = s, s = b->slots[s].next) {
-        const tb_waiter *w = &b->slots[s];
-        if (s >= b->capacity || w->sequence == 0 || w->prev != prev || ++count > b->waiting)
+        const tb_waiter *wt = &b->slots[s];
+        if (s >= b->capacity || wt->sequence == 0 || wt->prev != prev || ++count > b->waiting)
             return 3;
-        if (!positive(w->amount) || w->amount > r->burst)
+        if (!positive(wt->amount))
             return 4;
-        if (b->order == TB_SMALLEST_FIRST && prev != TB_NIL && b->slots[prev].amount > w->amount)
+        if (b->order == TB_SMALLEST_FIRST && prev != TB_NIL && b->slots[prev].amount > wt->amount)
             return 5;
-        deadlines += w->deadline != TB_NEVER;
-        tokens += w->amount;
+        deadlines += wt->deadline != TB_NEVER;
+        tokens += wt->amount;
     }
     if (count != b->waiting || prev != b->tail || deadlines != b->with_deadline)
         return 6;

@@ -32,9 +32,25 @@ typedef struct {
     double ns_per_token;  /* time to refill one token */
     double burst;         /* capacity, in tokens */
     double burst_ns;      /* burst * ns_per_token: the most debt the bucket may carry */
+    double initial;       /* tokens at the first reading of the clock */
     tb_ns full_at;        /* whole nanoseconds of the instant the bucket is full again */
     double full_at_frac;  /* its fraction of a nanosecond, in [0, 1) */
 } tb_rate;
+
+typedef struct {
+    tb_ns at;             /* when it was granted */
+    double amount;
+} tb_grant;
+
+/* A strict sliding window: at most limit tokens granted in any [t, t + period). */
+typedef struct {
+    tb_ns period;         /* 0: no window */
+    double limit;
+    tb_grant *log;        /* ring of the grants that may still be inside a window, oldest first */
+    uint32_t log_capacity, log_first, log_count;
+} tb_window;
+
+#define TB_MAX_RATES 4
 
 typedef uint64_t tb_id;   /* a queued waiter: (enqueue sequence << 32) | slot */
 
@@ -47,11 +63,14 @@ typedef struct {
 } tb_waiter;
 
 typedef struct {
-    tb_rate rate;
+    tb_rate rates[TB_MAX_RATES]; /* every one must allow a grant: several rates are checked atomically */
+    uint32_t nrates;
+    tb_window window;
+    double max_amount;    /* the most any single grant may take: the smallest burst or window limit */
+    tb_ns paused_until;   /* no grant before this instant */
     tb_order order;
     bool fair;            /* newcomers queue behind waiters even when tokens are free */
-    bool anchored;        /* rate.full_at was set from a first reading of the clock */
-    double initial;       /* tokens at that first reading */
+    bool anchored;        /* the rates' full_at were set from a first reading of the clock */
     tb_waiter *slots;     /* slab of waiters, linked into the queue and a free list */
     uint32_t capacity;    /* slots allocated */
     uint32_t head, tail;  /* ends of the queue, TB_NIL when empty */
@@ -65,9 +84,13 @@ typedef struct {
 
 #define TB_NIL UINT32_MAX
 
-/* Sets up an empty bucket; TB_OK, or TB_EINVAL if a parameter is out of range. */
+/* Sets up an empty bucket with one rate; TB_OK, or TB_EINVAL if a parameter is out of range. */
 tb_status tb_init(tb_bucket *b, double ns_per_token, double burst, double initial,
                   bool fair, tb_order order);
+/* Sets up an empty bucket limited only by a strict sliding window; TB_OK or TB_EINVAL. */
+tb_status tb_init_window(tb_bucket *b, tb_ns period, double limit, bool fair, tb_order order);
+/* Adds a rate that every grant must also satisfy (before any use); TB_OK or TB_EINVAL. */
+tb_status tb_add_rate(tb_bucket *b, double ns_per_token, double burst, double initial);
 /* Frees the queue's memory; handles still queued are forgotten, not released. */
 void tb_release(tb_bucket *b);
 
@@ -98,6 +121,17 @@ tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now);
 /* Sets how much of a late wake-up a head's grant is credited for (0 after tb_init):
  * timer granularity then does not slow the rate; a longer stall is not made up. */
 void tb_set_late_credit(tb_bucket *b, tb_ns credit);
+/* Changes rate index to a new refill and capacity as of now, keeping the tokens it holds (at
+ * most the new burst); TB_OK, or TB_EINVAL. Queued waiters keep their place. */
+tb_status tb_set_rate(tb_bucket *b, uint32_t index, double ns_per_token, double burst, tb_ns now);
+/* Changes the window's period and limit, keeping its log of grants; TB_OK or TB_EINVAL. */
+tb_status tb_set_window(tb_bucket *b, tb_ns period, double limit);
+/* No grant before until (a later call can only move it later). */
+void tb_pause_until(tb_bucket *b, tb_ns until);
+/* Removes one queued waiter that can no longer be granted as promised and returns its handle,
+ * setting *never if its amount is above the capacity (else its projected grant misses its
+ * deadline); NULL if there is none. */
+void *tb_withdraw_stranded(tb_bucket *b, tb_ns now, bool *never);
 /* Gives back amount tokens granted earlier and never used. */
 void tb_refund(tb_bucket *b, double amount, tb_ns now);
 /* Moves the bucket onto another clock, on which the old clock's `then` reads `now`. */

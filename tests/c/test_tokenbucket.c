@@ -569,13 +569,13 @@ static void test_deadline_against_projection(void)
     const tb_ns projected = PROJECTED(&b, 3, 0);
     CHECK(projected == 7 * MS);
 
-    tb_rate rate = b.rate;
+    tb_rate rate = b.rates[0];
     double tokens = TOKENS(&b, 0), queued = b.queued_tokens;
     size_t waiting = b.waiting;
     CHECK(ENQUEUE(&b, 3, 0, projected - 1, &timed, &id) == TB_ETOOLATE);
     CHECK(TOKENS(&b, 0) == tokens);
     CHECK(b.waiting == waiting && b.queued_tokens == queued && b.with_deadline == 0);
-    CHECK(memcmp(&b.rate, &rate, sizeof rate) == 0);
+    CHECK(memcmp(&b.rates[0], &rate, sizeof rate) == 0);
 
     CHECK(ENQUEUE(&b, 3, 0, projected, &timed, &id) == TB_OK);
     CHECK(b.with_deadline == 1);
@@ -928,7 +928,7 @@ static void test_extreme_parameters(void)
     const double hour = 3600.0 * 1e9;
     const tb_ns start = 1000000000000000, resolution = 256;
     CHECK(INIT(&b, hour, 600000, 600000, true, TB_FIFO) == TB_OK);
-    CHECK(b.rate.burst_ns <= (double)TB_MAX_SPAN);
+    CHECK(b.rates[0].burst_ns <= (double)TB_MAX_SPAN);
     CHECK(TAKE(&b, 600000, start));
     CHECK(!TAKE(&b, 1, start));
     CHECK(ENQUEUE(&b, 2, start, TB_NEVER, &handle, &id) == TB_OK);
