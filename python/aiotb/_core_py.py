@@ -539,8 +539,8 @@ class Bucket:
         if rates is not None:
             if max_rate is not None or time_period is not None or burst is not None or initial is not None or window:
                 raise TypeError("rates= takes the place of max_rate, time_period, burst and initial")
-            if isinstance(rates, (str, bytes)) or not hasattr(rates, "__len__") or not hasattr(rates, "__getitem__"):
-                raise TypeError("rates must be a sequence of (max_rate, time_period[, burst[, initial]]) tuples")
+            if not isinstance(rates, (list, tuple)):
+                raise TypeError("rates must be a list or tuple of (max_rate, time_period[, burst[, initial]]) tuples")
             if not 1 <= len(rates) <= MAX_RATES:
                 raise ValueError(f"rates must hold 1 to {MAX_RATES} rates, got {len(rates)}")
             for i, item in enumerate(rates):

@@ -582,8 +582,12 @@ static int build_core(tb_state *st, PyObject *max_rate_arg, PyObject *period_arg
             PyErr_SetString(PyExc_TypeError, "rates= takes the place of max_rate, time_period, burst and initial");
             return -1;
         }
-        PyObject *rates = PySequence_Fast(rates_arg, "rates must be a sequence of (max_rate, time_period"
-                                                     "[, burst[, initial]]) tuples");
+        if (!PyList_Check(rates_arg) && !PyTuple_Check(rates_arg)) {
+            PyErr_SetString(PyExc_TypeError, "rates must be a list or tuple of (max_rate, time_period"
+                                             "[, burst[, initial]]) tuples");
+            return -1;
+        }
+        PyObject *rates = PySequence_Fast(rates_arg, "rates");  /* a new reference to the same list or tuple */
         if (rates == NULL)
             return -1;
         Py_ssize_t count = PySequence_Fast_GET_SIZE(rates);
