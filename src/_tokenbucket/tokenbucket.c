@@ -280,6 +280,7 @@ tb_status tb_add_rate(tb_bucket *b, double ns_per_token, double burst, double in
     b->rates[b->nrates++] = (tb_rate){
         .ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token, .initial = initial};
     b->max_amount = most_grantable(b);
+    b->plain = b->nrates == 1 && b->window.period == 0 && b->paused_until == INT64_MIN;
     return TB_OK;
 }
 
@@ -349,7 +350,17 @@ bool tb_can_take(tb_bucket *b, double amount, tb_ns now)
 bool tb_take(tb_bucket *b, double amount, tb_ns now)
 {
     anchor(b, now);
-    if (must_queue(b) || !all_fit(b, amount, now))
+    if (must_queue(b))
+        return false;
+    if (b->plain) {  /* the uncontended path of a plain limiter, kept short */
+        tb_rate *r = &b->rates[0];
+        double need = amount * r->ns_per_token;
+        if (!fits(r, need, now))
+            return false;
+        consume(r, need, now);
+        return true;
+    }
+    if (!all_fit(b, amount, now))
         return false;
     take_all(b, amount, now, now);
     return true;
@@ -573,8 +584,10 @@ tb_status tb_set_window(tb_bucket *b, tb_ns period, double limit)
 
 void tb_pause_until(tb_bucket *b, tb_ns until)
 {
-    if (until > b->paused_until)
+    if (until > b->paused_until) {
         b->paused_until = until;
+        b->plain = false;
+    }
 }
 
 void *tb_withdraw_stranded(tb_bucket *b, tb_ns now, bool *never)

@@ -71,6 +71,7 @@ typedef struct {
     tb_order order;
     bool fair;            /* newcomers queue behind waiters even when tokens are free */
     bool anchored;        /* the rates' full_at were set from a first reading of the clock */
+    bool plain;           /* one rate, no window, never paused: tb_take's short path applies */
     tb_waiter *slots;     /* slab of waiters, linked into the queue and a free list */
     uint32_t capacity;    /* slots allocated */
     uint32_t head, tail;  /* ends of the queue, TB_NIL when empty */
