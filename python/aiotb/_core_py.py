@@ -20,7 +20,7 @@ __all__ = ["Bucket", "READY", "IMPLEMENTATION"]
 IMPLEMENTATION = "python"
 MAX_SPAN = 1 << 61  # longest refill of a full bucket, ns (TB_MAX_SPAN)
 MAX_RATES = 4  # TB_MAX_RATES
-LATE_CREDIT = 2_000_000  # ns of a late wake-up a waiter is still granted for: more than timer granularity
+LATE_CREDIT = 0.99  # of one token's time: how late a waiter may be woken and still be granted as of its turn
 _FIFO, _SMALLEST_FIRST = 0, 1
 _monotonic = time.monotonic
 _get_running_loop = events._get_running_loop
@@ -289,7 +289,7 @@ class _Core:
         self.enqueued = 0
         self.with_deadline = 0
         self.queued_tokens = 0.0
-        self.late_credit = 0
+        self.late_credit = 0.0
 
     def add_rate(self, ns_per_token: float, burst: float, initial: float) -> None:
         self.rates.append(_Rate(ns_per_token, burst, initial))
@@ -454,9 +454,16 @@ class _Core:
         assert head is not None
         if grant:
             amount = self.entries[head][0]
-            ready = self.all_fit_at(amount, now - self.late_credit)
+            ready = self.all_fit_at(amount, now - self.late_credit_ns())
             self.take_all(amount, ready if ready < now else now, now)
         return self._unlink(head)
+
+    def late_credit_ns(self) -> int:
+        fastest = math.inf
+        for rate in self.rates:
+            if rate.ns_per_token < fastest:
+                fastest = rate.ns_per_token
+        return int(self.late_credit * fastest) if self.rates else 0
 
     def head_ready_at(self, now: int) -> int | None:
         self.anchor(now)

@@ -16,9 +16,9 @@
 
 #include "tokenbucket.h"
 
-/* How late a woken waiter may be and still be granted as of its ready instant: above
- * the timer granularity of asyncio (1 ms, rounded up) and uvloop (1 ms, rounded). */
-#define LATE_CREDIT_NS 2000000
+/* How late a woken waiter may be and still be granted as of its ready instant, in time of one
+ * token: under one, so no interval of length t sees a whole token over burst + rate*t. */
+#define LATE_CREDIT_TOKENS 0.99
 
 static PyModuleDef tokenbucket_module;
 
@@ -303,9 +303,15 @@ static int remember_clock(tb_state *st, PyObject *loop)
     return rc;
 }
 
+#if defined(__GNUC__)
+#define COLD __attribute__((noinline, cold))  /* keeps the fast path's frame small */
+#else
+#define COLD
+#endif
+
 // Reads the running loop's clock the long way; *domain gets a new reference to the loop
 // when its clock is its own, else NULL. 0, or -1 with an exception.
-static int read_clock_slow(tb_state *st, tb_ns *now, PyObject **domain)
+COLD static int read_clock_slow(tb_state *st, tb_ns *now, PyObject **domain)
 {
     *domain = NULL;
     PyObject *loop = PyObject_CallNoArgs(st->get_running_loop);
@@ -354,6 +360,14 @@ done:
     return rc;
 }
 
+// Moves the core onto another clock (domain: a loop, or NULL for CLOCK_MONOTONIC) that reads now.
+COLD static void switch_clock(BucketObject *self, PyObject *domain, tb_ns now)
+{
+    if (self->has_last)
+        tb_rebase(&self->core, self->last_now, now);
+    Py_XSETREF(self->domain, Py_XNewRef(domain));
+}
+
 // The running loop's time in ns, moving the core onto that clock if it changed. 0, or -1 with an exception.
 static int bucket_now(BucketObject *self, tb_ns *now)
 {
@@ -368,11 +382,8 @@ static int bucket_now(BucketObject *self, tb_ns *now)
         *now = monotonic_ns();
     else if (read_clock_slow(st, now, &domain) < 0)
         return -1;
-    if (domain != self->domain) {
-        if (self->has_last)
-            tb_rebase(&self->core, self->last_now, *now);
-        Py_XSETREF(self->domain, Py_XNewRef(domain));
-    }
+    if (domain != self->domain)
+        switch_clock(self, domain, *now);
     Py_XDECREF(domain);
     self->last_now = *now;
     self->has_last = true;
@@ -686,7 +697,7 @@ static PyObject *bucket_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     if (build_core(st, max_rate_arg, period_arg, burst_arg, initial_arg, fair_arg == Py_True,
                    compat_arg == Py_True, rates_arg, window_arg == Py_True, &core, max_rates, periods) < 0)
         return NULL;
-    tb_set_late_credit(&core, LATE_CREDIT_NS);
+    tb_set_late_credit(&core, LATE_CREDIT_TOKENS);
     BucketObject *self = (BucketObject *)type->tp_alloc(type, 0);
     if (self == NULL) {
         tb_release(&core);

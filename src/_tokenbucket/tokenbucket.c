@@ -11,10 +11,16 @@
 // Whether x is a finite number > 0.
 static bool positive(double x) { return x > 0 && isfinite(x); }
 
+// The whole nanoseconds of a span in [0, 2^63): floor() by truncation, without a call into libm.
+static double whole_ns(double span)
+{
+    return (double)(tb_ns)span;
+}
+
 // Moves F later by span >= 0 nanoseconds.
 static void advance(tb_rate *r, double span)
 {
-    double whole = floor(span);
+    double whole = whole_ns(span);
     double frac = r->full_at_frac + (span - whole);
     if (frac >= 1.0) {
         frac -= 1.0;
@@ -27,7 +33,7 @@ static void advance(tb_rate *r, double span)
 // Moves F earlier by span >= 0 nanoseconds.
 static void retreat(tb_rate *r, double span)
 {
-    double whole = floor(span);
+    double whole = whole_ns(span);
     double frac = r->full_at_frac - (span - whole);
     if (frac < 0.0) {
         frac += 1.0;
@@ -525,6 +531,16 @@ void *tb_withdraw(tb_bucket *b, tb_id id)
     return unlink_waiter(b, slot);
 }
 
+// The late-wake credit in nanoseconds: late_credit of a token of the fastest rate (none for a window).
+static tb_ns late_credit_ns(const tb_bucket *b)
+{
+    double fastest = INFINITY;
+    for (uint32_t i = 0; i < b->nrates; i++)
+        if (b->rates[i].ns_per_token < fastest)
+            fastest = b->rates[i].ns_per_token;
+    return b->nrates ? (tb_ns)(b->late_credit * fastest) : 0;
+}
+
 void *tb_ready_head(tb_bucket *b, tb_ns now)
 {
     anchor(b, now);
@@ -539,15 +555,15 @@ void *tb_pop_head(tb_bucket *b, tb_ns now, bool grant)
     anchor(b, now);
     if (grant) {
         double amount = b->slots[b->head].amount;
-        tb_ns ready = all_fit_at(b, amount, now - b->late_credit);
+        tb_ns ready = all_fit_at(b, amount, now - late_credit_ns(b));
         take_all(b, amount, ready < now ? ready : now, now);
     }
     return unlink_waiter(b, b->head);
 }
 
-void tb_set_late_credit(tb_bucket *b, tb_ns credit)
+void tb_set_late_credit(tb_bucket *b, double tokens)
 {
-    b->late_credit = credit > 0 ? credit : 0;
+    b->late_credit = tokens > 0 && tokens < 1 ? tokens : 0;
 }
 
 tb_ns tb_head_ready_at(tb_bucket *b, tb_ns now)

@@ -80,7 +80,8 @@ typedef struct {
     size_t waiting;       /* waiters in the queue */
     size_t with_deadline; /* of which have a deadline */
     double queued_tokens; /* sum of their amounts */
-    tb_ns late_credit;    /* how late a head may be popped and still be granted as of its ready instant */
+    double late_credit;   /* how late a head may be popped and still be granted as of its ready
+                           * instant, in time of one token of the fastest rate */
 } tb_bucket;
 
 #define TB_NIL UINT32_MAX
@@ -119,9 +120,10 @@ tb_ns tb_head_ready_at(tb_bucket *b, tb_ns now);
 /* The instant a waiter for amount queued now would be granted, if nothing ahead changes. */
 tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now);
 
-/* Sets how much of a late wake-up a head's grant is credited for (0 after tb_init):
- * timer granularity then does not slow the rate; a longer stall is not made up. */
-void tb_set_late_credit(tb_bucket *b, tb_ns credit);
+/* Sets how much of a late wake-up a head's grant is credited for, in time of one token of the
+ * fastest rate (0 after tb_init): below 1, timer lateness does not slow the rate, a longer
+ * stall is not made up, and no interval of length t sees a whole token over burst + rate*t. */
+void tb_set_late_credit(tb_bucket *b, double tokens);
 /* Changes rate index to a new refill and capacity as of now, keeping the tokens it holds (at
  * most the new burst); TB_OK, or TB_EINVAL. Queued waiters keep their place. */
 tb_status tb_set_rate(tb_bucket *b, uint32_t index, double ns_per_token, double burst, tb_ns now);
