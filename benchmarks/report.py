@@ -448,12 +448,12 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 f"{rate_checked - len(rate_misses)} of {rate_checked} runs within; " +
                 ("; ".join(rate_misses) if rate_misses else "all within") +
                 _saturated(results)))
-    floor_over = [f"{e['loop']} N={e['params']['n']:,}: {e['result']['max_in_window']:,} > "
-                  f"{e['result']['window_bound']:,.0f}"
+    floor_over = [(f"{e['loop']} N={e['params']['n']:,}: {e['result']['max_in_window']:,} > "
+                   f"{e['result']['window_bound']:,.0f}")
                   for e in results["contended"] if e["competitor"] == "no-limiter"
                   and e["params"]["n"] > WINDOW_CHECK_MAX_N and e["result"].get("windows_over_bound")]
-    out.append((f"Zero 1 s windows over the token-bucket bound (burst + R × 1 s), every aiotb run with "
-                f"N ≤ {WINDOW_CHECK_MAX_N:,}",
+    out.append(((f"Zero 1 s windows over the token-bucket bound (burst + R × 1 s), every aiotb run with "
+                 f"N ≤ {WINDOW_CHECK_MAX_N:,}"),
                 verdict(None if not window_checked else not window_misses),
                 f"{window_checked} runs checked; " + ("; ".join(window_misses) if window_misses else "none over")
                 + ("; larger runs are not judged because a grant is stamped when its task resumes, which at "
