@@ -68,12 +68,12 @@ QUICK = Profile(
     uncontended_repetitions=3,
     uncontended_budget_s=0.3,
     contended_sizes=[1_000, 10_000],
-    contended_paced_s=1.0,
+    contended_paced_s=0.5,
     contended_repetitions=1,
     smooth={"n": 1_000, "rate": 1_000.0, "burst": 1.0},
     mixed={"n": 400, "rate": 1_000.0, "burst": 20.0, "big": 20, "every": 10},
     churn={"n": 2_000, "rate": 1_000.0, "burst": 1_000.0, "share": 0.3, "seed": 3},
-    classic={"n": 150, "rate": 100.0, "bursts": [100.0, 1.0]},
+    classic={"n": 120, "rate": 100.0, "bursts": [100.0, 1.0]},
 )
 
 
