@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from aiolimiter import AsyncLimiter
-
 from competitor import Competitor, version_of
 
 

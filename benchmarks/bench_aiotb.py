@@ -5,7 +5,6 @@ from __future__ import annotations
 import aiotb
 from aiotb import _core_py
 from aiotb._limiter import build
-
 from competitor import Competitor, version_of
 
 TwinLimiter, _ = build(_core_py)

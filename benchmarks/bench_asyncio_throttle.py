@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from asyncio_throttle import Throttler
-
 from competitor import Competitor, version_of
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asynciolimiter
-
 from competitor import Competitor, version_of
 
 

@@ -6,9 +6,8 @@ burst-1 limiter at about 20 grants/s, so it is built with buffer_ms=0."""
 
 from __future__ import annotations
 
-from pyrate_limiter import Duration, limiter_factory
-
 from competitor import Competitor, version_of
+from pyrate_limiter import Duration, limiter_factory
 
 BUCKET = "bench"
 

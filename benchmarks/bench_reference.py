@@ -38,7 +38,7 @@ class IdealSchedule:
     `max(0, taken - burst) / rate` after the first request.
     """
 
-    __slots__ = ("rate", "burst", "start", "taken")
+    __slots__ = ("burst", "rate", "start", "taken")
 
     def __init__(self, rate: float, burst: float | None) -> None:
         self.rate = rate

@@ -9,11 +9,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-
-import registry  # noqa: E402
-from report import find, grouped, label  # noqa: E402
+import matplotlib.pyplot as plt
+import registry
+from matplotlib.ticker import FuncFormatter
+from report import find, grouped, label
 
 COLOURS = {
     "aiotb": "#d62728",

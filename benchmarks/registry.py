@@ -38,6 +38,6 @@ def available(keys: list[str]) -> tuple[dict[str, Competitor], dict[str, str]]:
     for key in keys:
         try:
             found[key] = load(key)
-        except Exception as error:  # a missing or broken library leaves the others runnable
+        except Exception as error:  # noqa: BLE001  (a missing or broken library leaves the others runnable)
             missing[key] = f"{type(error).__name__}: {error}"
     return found, missing

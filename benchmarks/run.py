@@ -22,8 +22,8 @@ HERE = Path(__file__).resolve().parent
 CACHE = HERE / ".cache"
 sys.path.insert(0, str(HERE))
 
-import registry  # noqa: E402
-from bench_reference import NOOP_DIR_ENV  # noqa: E402
+import registry
+from bench_reference import NOOP_DIR_ENV
 
 LOOPS = ["asyncio", "uvloop"]
 SCENARIOS = ["uncontended", "contended", "smooth", "mixed", "churn", "classic"]
@@ -68,12 +68,12 @@ QUICK = Profile(
     uncontended_repetitions=3,
     uncontended_budget_s=0.3,
     contended_sizes=[1_000, 10_000],
-    contended_paced_s=1.0,
+    contended_paced_s=0.5,
     contended_repetitions=1,
     smooth={"n": 1_000, "rate": 1_000.0, "burst": 1.0},
     mixed={"n": 400, "rate": 1_000.0, "burst": 20.0, "big": 20, "every": 10},
     churn={"n": 2_000, "rate": 1_000.0, "burst": 1_000.0, "share": 0.3, "seed": 3},
-    classic={"n": 150, "rate": 100.0, "bursts": [100.0, 1.0]},
+    classic={"n": 120, "rate": 100.0, "bursts": [100.0, 1.0]},
 )
 
 
@@ -102,7 +102,7 @@ def run_child(spec: dict[str, Any], timeout: float, show_stderr: bool = False) -
     """Runs worker.py on spec in a fresh interpreter; its JSON result, or {'error': ...}."""
     command = [sys.executable, str(HERE / "worker.py"), json.dumps(spec)]
     try:
-        done = subprocess.run(command, cwd=HERE, stdout=subprocess.PIPE,
+        done = subprocess.run(command, cwd=HERE, check=False, stdout=subprocess.PIPE,
                               stderr=None if show_stderr else subprocess.PIPE, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"killed after {timeout:.0f} s", "complete": False}
@@ -116,7 +116,7 @@ def run_child(spec: dict[str, Any], timeout: float, show_stderr: bool = False) -
 def build_noop(progress: Progress) -> str | None:
     """Builds the C no-op context manager into .cache; None, or why it could not be built."""
     out = CACHE / "noop"
-    done = subprocess.run([sys.executable, str(HERE / "noop" / "build.py"), str(out)],
+    done = subprocess.run([sys.executable, str(HERE / "noop" / "build.py"), str(out)], check=False,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:
         return "building noop/_noopcm.c failed: " + " | ".join(done.stdout.strip().splitlines()[-3:])
