@@ -21,6 +21,8 @@ IMPLEMENTATION = "python"
 MAX_SPAN = 1 << 61  # longest refill of a full bucket, ns (TB_MAX_SPAN)
 LATE_CREDIT = 2_000_000  # ns of a late wake-up a waiter is still granted for: more than timer granularity
 _FIFO, _SMALLEST_FIRST = 0, 1
+_HORIZON = 2.0**62  # ns: projected grants from here on read as never (tokenbucket.c: HORIZON, TB_NEVER)
+_NEVER = (1 << 63) - 1  # TB_NEVER
 _monotonic = time.monotonic
 _get_running_loop = events._get_running_loop
 
@@ -159,7 +161,7 @@ class _Core:
     """tb_bucket: one rate and the queue of waiters."""
 
     __slots__ = ("rate", "order", "fair", "anchored", "initial", "entries", "heap",
-                 "enqueued", "with_deadline", "queued_tokens", "late_credit")
+                 "enqueued", "with_deadline", "queued_tokens", "queued_error", "late_credit")
 
     def __init__(self, ns_per_token: float, burst: float, initial: float, fair: bool, order: int) -> None:
         self.rate = _Rate(ns_per_token, burst)
@@ -171,7 +173,8 @@ class _Core:
         self.heap: list[tuple[float, int]] = []  # (order key, sequence), withdrawn ones left behind
         self.enqueued = 0
         self.with_deadline = 0
-        self.queued_tokens = 0.0
+        self.queued_tokens = 0.0  # a running sum of the queued amounts...
+        self.queued_error = 0.0  # ...and its compensation (Neumaier), as tokenbucket.c
         self.late_credit = 0
 
     def anchor(self, now: int) -> None:
@@ -207,12 +210,15 @@ class _Core:
     def projected_grant(self, amount: float, now: int) -> int:
         self.anchor(now)
         rate = self.rate
-        need = (self.queued_tokens + amount) * rate.ns_per_token
+        need = (self.queued_tokens + self.queued_error + amount) * rate.ns_per_token
         if need <= rate.burst_ns:
             return rate.fit_at(need, now)
         full = _Rate(rate.ns_per_token, rate.burst)
         full.full_at, full.full_at_frac = (now, 0.0) if rate.full_before(now) else (rate.full_at, rate.full_at_frac)
-        full.advance(need - rate.burst_ns)
+        beyond = need - rate.burst_ns
+        if not (beyond < _HORIZON and beyond < _HORIZON - float(full.full_at)):
+            return _NEVER  # as tokenbucket.c, where int64 nanoseconds would overflow
+        full.advance(beyond)
         t = full.full_at + (full.full_at_frac > 0)
         return t if t > now else now
 
@@ -228,8 +234,16 @@ class _Core:
         self.entries[sequence] = [amount, deadline, handle]
         heapq.heappush(self.heap, (amount if self.order == _SMALLEST_FIRST else 0.0, sequence))
         self.with_deadline += deadline is not None
-        self.queued_tokens += amount
+        self._add_queued(amount)
         return sequence
+
+    def _add_queued(self, x: float) -> None:
+        total = self.queued_tokens + x
+        if abs(self.queued_tokens) >= abs(x):
+            self.queued_error += (self.queued_tokens - total) + x
+        else:
+            self.queued_error += (x - total) + self.queued_tokens
+        self.queued_tokens = total
 
     def _head(self) -> int | None:
         heap, entries = self.heap, self.entries
@@ -240,7 +254,10 @@ class _Core:
     def _unlink(self, sequence: int) -> object:
         amount, deadline, handle = self.entries.pop(sequence)
         self.with_deadline -= deadline is not None
-        self.queued_tokens = self.queued_tokens - amount if self.entries else 0.0
+        if self.entries:
+            self._add_queued(-amount)
+        else:
+            self.queued_tokens = self.queued_error = 0.0
         if len(self.heap) > 2 * len(self.entries) + 16:  # withdrawn entries must not pile up
             self.heap = [item for item in self.heap if item[1] in self.entries]
             heapq.heapify(self.heap)

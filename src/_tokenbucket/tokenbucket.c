@@ -1,10 +1,34 @@
 /* Token arithmetic and wake order of aiotb's bucket; see tokenbucket.h. */
 #include "tokenbucket.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 
 #define MIN_SLOTS 16u
+#define HORIZON 0x1p62  /* ns: projections this far read TB_NEVER, past any deadline now + TB_MAX_SPAN */
+
+/* ---- debug builds: every mutating operation ends with tb_check ---- */
+
+#ifndef NDEBUG
+#define CHECK_EVERY_OP_UP_TO 1024u  /* slots: below this every operation is checked */
+
+// Asserts tb_check(b) == 0: after every operation while the slab has at most CHECK_EVERY_OP_UP_TO
+// slots, else once every capacity / 64 operations (tb_check walks all capacity slots), so the
+// checks cost O(1) amortized per operation even with 10^6 waiters. The countdown is per thread.
+static void debug_check(const tb_bucket *b)
+{
+    static _Thread_local uint32_t countdown;
+    if (b->capacity > CHECK_EVERY_OP_UP_TO) {
+        if (countdown > 0 && --countdown > 0)
+            return;
+        countdown = b->capacity / 64;
+    }
+    assert(tb_check(b) == 0);
+}
+#else
+#define debug_check(b) ((void)0)
+#endif
 
 /* ---- the rate: GCRA's "full again at" instant, F = full_at + full_at_frac ---- */
 
@@ -111,6 +135,7 @@ tb_status tb_init(tb_bucket *b, double ns_per_token, double burst, double initia
         .tail = TB_NIL,
         .free = TB_NIL,
     };
+    debug_check(b);
     return TB_OK;
 }
 
@@ -121,7 +146,7 @@ void tb_release(tb_bucket *b)
     b->capacity = 0;
     b->head = b->tail = b->free = TB_NIL;
     b->waiting = b->with_deadline = 0;
-    b->queued_tokens = 0;
+    b->queued_tokens = b->queued_error = 0;
 }
 
 // Sets F from the first reading of the clock: the bucket holds `initial` tokens at now.
@@ -138,6 +163,7 @@ static void anchor(tb_bucket *b, tb_ns now)
 double tb_tokens(tb_bucket *b, tb_ns now)
 {
     anchor(b, now);
+    debug_check(b);
     double owed = debt(&b->rate, now);
     if (owed <= 0)
         return b->rate.burst;
@@ -154,6 +180,7 @@ static bool must_queue(const tb_bucket *b)
 bool tb_can_take(tb_bucket *b, double amount, tb_ns now)
 {
     anchor(b, now);
+    debug_check(b);
     return !must_queue(b) && fits(&b->rate, amount * b->rate.ns_per_token, now);
 }
 
@@ -161,18 +188,20 @@ bool tb_take(tb_bucket *b, double amount, tb_ns now)
 {
     anchor(b, now);
     double need = amount * b->rate.ns_per_token;
-    if (must_queue(b) || !fits(&b->rate, need, now))
-        return false;
-    consume(&b->rate, need, now);
-    return true;
+    bool granted = !must_queue(b) && fits(&b->rate, need, now);
+    if (granted)
+        consume(&b->rate, need, now);
+    debug_check(b);
+    return granted;
 }
 
 tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now)
 {
     anchor(b, now);
+    debug_check(b);
     /* FIFO grants are back to back: the last queued is granted once the
      * whole queue, itself included, fits in a bucket that is full at F. */
-    double need = (b->queued_tokens + amount) * b->rate.ns_per_token;
+    double need = (b->queued_tokens + b->queued_error + amount) * b->rate.ns_per_token;
     if (need <= b->rate.burst_ns)
         return fit_at(&b->rate, need, now);
     tb_rate full = b->rate;
@@ -180,9 +209,24 @@ tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now)
         full.full_at = now;
         full.full_at_frac = 0.0;
     }
-    advance(&full, need - b->rate.burst_ns);  /* max(F, now) + need - burst_ns */
+    double beyond = need - b->rate.burst_ns;
+    if (!(beyond < HORIZON && beyond < HORIZON - (double)full.full_at))
+        return TB_NEVER;  /* a long queue at a slow rate: int64 nanoseconds would overflow */
+    advance(&full, beyond);  /* max(F, now) + need - burst_ns */
     tb_ns t = full.full_at + (full.full_at_frac > 0);
     return t > now ? t : now;
+}
+
+// Adds x to the queue's summed amount, compensated: a plain running sum would keep the rounding
+// of every amount that ever passed through a busy queue, and drift from its waiters' true sum.
+static void add_queued(tb_bucket *b, double x)
+{
+    double sum = b->queued_tokens + x;
+    if (fabs(b->queued_tokens) >= fabs(x))
+        b->queued_error += (b->queued_tokens - sum) + x;
+    else
+        b->queued_error += (x - sum) + b->queued_tokens;
+    b->queued_tokens = sum;
 }
 
 // Takes a slot off the free list, growing the slab if needed; TB_NIL when out of memory.
@@ -232,6 +276,7 @@ tb_status tb_enqueue(tb_bucket *b, double amount, tb_ns now, tb_ns deadline,
     if (!positive(amount) || amount > b->rate.burst)
         return TB_EINVAL;  /* it could never be granted: tb_head_ready_at would never return */
     anchor(b, now);
+    debug_check(b);
     if (deadline != TB_NEVER) {
         if (b->order != TB_FIFO)
             return TB_EINVAL;
@@ -248,8 +293,9 @@ tb_status tb_enqueue(tb_bucket *b, double amount, tb_ns now, tb_ns deadline,
     link_waiter(b, slot);
     b->waiting++;
     b->with_deadline += deadline != TB_NEVER;
-    b->queued_tokens += amount;
+    add_queued(b, amount);
     *id = (tb_id)b->enqueued << 32 | slot;
+    debug_check(b);
     return TB_OK;
 }
 
@@ -268,7 +314,10 @@ static void *unlink_waiter(tb_bucket *b, uint32_t slot)
         b->slots[w->next].prev = w->prev;
     b->waiting--;
     b->with_deadline -= w->deadline != TB_NEVER;
-    b->queued_tokens = b->waiting ? b->queued_tokens - w->amount : 0.0;
+    if (b->waiting)
+        add_queued(b, -w->amount);
+    else
+        b->queued_tokens = b->queued_error = 0.0;
     *w = (tb_waiter){.next = b->free};
     b->free = slot;
     if (b->waiting == 0 && b->capacity > MIN_SLOTS) {
@@ -286,12 +335,15 @@ void *tb_withdraw(tb_bucket *b, tb_id id)
     uint32_t sequence = (uint32_t)(id >> 32);
     if (slot >= b->capacity || sequence == 0 || b->slots[slot].sequence != sequence)
         return NULL;
-    return unlink_waiter(b, slot);
+    void *handle = unlink_waiter(b, slot);
+    debug_check(b);
+    return handle;
 }
 
 void *tb_ready_head(tb_bucket *b, tb_ns now)
 {
     anchor(b, now);
+    debug_check(b);
     if (b->head == TB_NIL)
         return NULL;
     const tb_waiter *w = &b->slots[b->head];
@@ -306,17 +358,21 @@ void *tb_pop_head(tb_bucket *b, tb_ns now, bool grant)
         tb_ns ready = fit_at(&b->rate, need, now - b->late_credit);
         consume(&b->rate, need, ready < now ? ready : now);
     }
-    return unlink_waiter(b, b->head);
+    void *handle = unlink_waiter(b, b->head);
+    debug_check(b);
+    return handle;
 }
 
 void tb_set_late_credit(tb_bucket *b, tb_ns credit)
 {
     b->late_credit = credit > 0 ? credit : 0;
+    debug_check(b);
 }
 
 tb_ns tb_head_ready_at(tb_bucket *b, tb_ns now)
 {
     anchor(b, now);
+    debug_check(b);
     if (b->head == TB_NIL)
         return TB_NEVER;
     return fit_at(&b->rate, b->slots[b->head].amount * b->rate.ns_per_token, now);
@@ -326,6 +382,7 @@ void tb_refund(tb_bucket *b, double amount, tb_ns now)
 {
     anchor(b, now);
     retreat(&b->rate, amount * b->rate.ns_per_token);
+    debug_check(b);
 }
 
 void tb_rebase(tb_bucket *b, tb_ns then, tb_ns now)
@@ -337,6 +394,7 @@ void tb_rebase(tb_bucket *b, tb_ns then, tb_ns now)
     for (uint32_t s = b->head; s != TB_NIL; s = b->slots[s].next)
         if (b->slots[s].deadline != TB_NEVER)
             b->slots[s].deadline += shift;
+    debug_check(b);
 }
 
 int tb_check(const tb_bucket *b)
@@ -362,7 +420,7 @@ int tb_check(const tb_bucket *b)
     }
     if (count != b->waiting || prev != b->tail || deadlines != b->with_deadline)
         return 6;
-    if (fabs(tokens - b->queued_tokens) > 1e-9 * (tokens + 1))
+    if (fabs(tokens - (b->queued_tokens + b->queued_error)) > 1e-9 * (tokens + 1))
         return 7;
     size_t free_slots = 0;
     for (uint32_t s = b->free; s != TB_NIL; s = b->slots[s].next)
