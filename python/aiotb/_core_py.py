@@ -20,6 +20,7 @@ __all__ = ["Bucket", "READY", "IMPLEMENTATION"]
 IMPLEMENTATION = "python"
 MAX_SPAN = 1 << 61  # longest refill of a full bucket, ns (TB_MAX_SPAN)
 MAX_RATES = 4  # TB_MAX_RATES
+_HORIZON = 2.0**62  # ns: projected grants from here on read as never (tokenbucket.c: HORIZON, TB_NEVER)
 LATE_CREDIT = 0.99  # of one token's time: how late a waiter may be woken and still be granted as of its turn
 _FIFO, _SMALLEST_FIRST = 0, 1
 _monotonic = time.monotonic
@@ -274,7 +275,7 @@ class _Core:
     """tb_bucket: the rates, the window, a pause, and the queue of waiters."""
 
     __slots__ = ("rates", "window", "max_amount", "paused_until", "order", "fair", "anchored", "entries",
-                 "heap", "enqueued", "with_deadline", "queued_tokens", "late_credit")
+                 "heap", "enqueued", "with_deadline", "queued_tokens", "queued_error", "late_credit")
 
     def __init__(self, fair: bool, order: int) -> None:
         self.rates: list[_Rate] = []
@@ -288,7 +289,8 @@ class _Core:
         self.heap: list[tuple[float, int]] = []  # (order key, sequence), withdrawn ones left behind
         self.enqueued = 0
         self.with_deadline = 0
-        self.queued_tokens = 0.0
+        self.queued_tokens = 0.0  # a running sum of the queued amounts...
+        self.queued_error = 0.0  # ...and its compensation (Neumaier), as tokenbucket.c
         self.late_credit = 0.0
 
     def add_rate(self, ns_per_token: float, burst: float, initial: float) -> None:
@@ -397,13 +399,16 @@ class _Core:
         full = rate.copy()
         if full.full_before(now):
             full.full_at, full.full_at_frac = now, 0.0
-        full.advance(need - rate.burst_ns)
+        beyond = need - rate.burst_ns
+        if not (beyond < _HORIZON and beyond < _HORIZON - float(full.full_at)):
+            return NEVER  # as tokenbucket.c, where int64 nanoseconds would overflow
+        full.advance(beyond)
         t = full.full_at + (full.full_at_frac > 0)
         return t if t > now else now
 
     def projected_grant(self, amount: float, now: int) -> int:
         self.anchor(now)
-        return self.projected_behind(None, self.queued_tokens, amount, now)
+        return self.projected_behind(None, self.queued_tokens + self.queued_error, amount, now)
 
     # ---- the queue ----
 
@@ -419,8 +424,16 @@ class _Core:
         self.entries[sequence] = [amount, deadline, handle]
         heapq.heappush(self.heap, (amount if self.order == _SMALLEST_FIRST else 0.0, sequence))
         self.with_deadline += deadline is not None
-        self.queued_tokens += amount
+        self._add_queued(amount)
         return sequence
+
+    def _add_queued(self, x: float) -> None:
+        total = self.queued_tokens + x
+        if abs(self.queued_tokens) >= abs(x):
+            self.queued_error += (self.queued_tokens - total) + x
+        else:
+            self.queued_error += (x - total) + self.queued_tokens
+        self.queued_tokens = total
 
     def _head(self) -> int | None:
         heap, entries = self.heap, self.entries
@@ -431,7 +444,10 @@ class _Core:
     def _unlink(self, sequence: int) -> object:
         amount, deadline, handle = self.entries.pop(sequence)
         self.with_deadline -= deadline is not None
-        self.queued_tokens = self.queued_tokens - amount if self.entries else 0.0
+        if self.entries:
+            self._add_queued(-amount)
+        else:
+            self.queued_tokens = self.queued_error = 0.0
         if len(self.heap) > 2 * len(self.entries) + 16:  # withdrawn entries must not pile up
             self.heap = [item for item in self.heap if item[1] in self.entries]
             heapq.heapify(self.heap)
@@ -559,7 +575,7 @@ class Bucket:
                 self._max_rates.append(spec.max_rate)
                 self._periods.append(spec.time_period)
         elif max_rate is None:
-            raise TypeError("max_rate is required (or rates=)")
+            raise TypeError("max_rate must be a real number, got None (or give rates=)")
         elif window:
             if burst is not None or initial is not None:
                 raise TypeError("a window takes no burst or initial: its limit is max_rate")

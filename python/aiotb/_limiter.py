@@ -303,6 +303,8 @@ def build(core: ModuleType) -> tuple[type, type]:
         _warn_on_reuse = True
 
         def __new__(cls, max_rate: float, time_period: float = 60) -> AsyncLimiter:  # type: ignore[misc]
+            if time_period is None:  # as aiolimiter: no default stands behind None here
+                raise TypeError("time_period must be a real number, got None")
             return cls._create(max_rate, time_period, None, None, False, True)
 
         def __repr__(self) -> str:

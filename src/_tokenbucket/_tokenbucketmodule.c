@@ -635,7 +635,7 @@ static int build_core(tb_state *st, PyObject *max_rate_arg, PyObject *period_arg
         return rc;
     }
     if (max_rate_arg == NULL) {
-        PyErr_SetString(PyExc_TypeError, "max_rate is required (or rates=)");
+        PyErr_SetString(PyExc_TypeError, "max_rate must be a real number, got None (or give rates=)");
         return -1;
     }
     if (window) {

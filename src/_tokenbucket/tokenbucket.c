@@ -1,10 +1,34 @@
 /* Token arithmetic and wake order of aiotb's bucket; see tokenbucket.h. */
 #include "tokenbucket.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 
 #define MIN_SLOTS 16u
+#define HORIZON 0x1p62  /* ns: projections this far read TB_NEVER, past any deadline now + TB_MAX_SPAN */
+
+/* ---- debug builds: every mutating operation ends with tb_check ---- */
+
+#ifndef NDEBUG
+#define CHECK_EVERY_OP_UP_TO 1024u  /* slots: below this every operation is checked */
+
+// Asserts tb_check(b) == 0: after every operation while the slab has at most CHECK_EVERY_OP_UP_TO
+// slots, else once every capacity / 64 operations (tb_check walks all capacity slots), so the
+// checks cost O(1) amortized per operation even with 10^6 waiters. The countdown is per thread.
+static void debug_check(const tb_bucket *b)
+{
+    static _Thread_local uint32_t countdown;
+    if (b->capacity > CHECK_EVERY_OP_UP_TO) {
+        if (countdown > 0 && --countdown > 0)
+            return;
+        countdown = b->capacity / 64;
+    }
+    assert(tb_check(b) == 0);
+}
+#else
+#define debug_check(b) ((void)0)
+#endif
 
 /* ---- the rate: GCRA's "full again at" instant, F = full_at + full_at_frac ---- */
 
@@ -276,6 +300,7 @@ tb_status tb_init_window(tb_bucket *b, tb_ns period, double limit, bool fair, tb
     b->window.period = period;
     b->window.limit = limit;
     b->max_amount = limit;
+    debug_check(b);
     return TB_OK;
 }
 
@@ -287,6 +312,7 @@ tb_status tb_add_rate(tb_bucket *b, double ns_per_token, double burst, double in
         .ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token, .initial = initial};
     b->max_amount = most_grantable(b);
     b->plain = b->nrates == 1 && b->window.period == 0 && b->paused_until == INT64_MIN;
+    debug_check(b);
     return TB_OK;
 }
 
@@ -300,7 +326,7 @@ void tb_release(tb_bucket *b)
     b->capacity = 0;
     b->head = b->tail = b->free = TB_NIL;
     b->waiting = b->with_deadline = 0;
-    b->queued_tokens = 0;
+    b->queued_tokens = b->queued_error = 0;
 }
 
 // Sets every F from the first reading of the clock: each rate holds its initial tokens at now.
@@ -364,11 +390,13 @@ bool tb_take(tb_bucket *b, double amount, tb_ns now)
         if (!fits(r, need, now))
             return false;
         consume(r, need, now);
+        debug_check(b);
         return true;
     }
     if (!all_fit(b, amount, now))
         return false;
     take_all(b, amount, now, now);
+    debug_check(b);
     return true;
 }
 
@@ -416,7 +444,10 @@ static tb_ns projected_behind(const tb_bucket *b, uint32_t stop, double ahead, d
         full.full_at = now;
         full.full_at_frac = 0.0;
     }
-    advance(&full, need - rate->burst_ns);  /* max(F, now) + need - burst_ns */
+    double beyond = need - rate->burst_ns;
+    if (!(beyond < HORIZON && beyond < HORIZON - (double)full.full_at))
+        return TB_NEVER;  /* a long queue at a slow rate: int64 nanoseconds would overflow */
+    advance(&full, beyond);  /* max(F, now) + need - burst_ns */
     tb_ns t = full.full_at + (full.full_at_frac > 0);
     return t > now ? t : now;
 }
@@ -424,7 +455,20 @@ static tb_ns projected_behind(const tb_bucket *b, uint32_t stop, double ahead, d
 tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now)
 {
     anchor(b, now);
-    return projected_behind(b, TB_NIL, b->queued_tokens, amount, now);
+    debug_check(b);
+    return projected_behind(b, TB_NIL, b->queued_tokens + b->queued_error, amount, now);
+}
+
+// Adds x to the queue's summed amount, compensated: a plain running sum would keep the rounding
+// of every amount that ever passed through a busy queue, and drift from its waiters' true sum.
+static void add_queued(tb_bucket *b, double x)
+{
+    double sum = b->queued_tokens + x;
+    if (fabs(b->queued_tokens) >= fabs(x))
+        b->queued_error += (b->queued_tokens - sum) + x;
+    else
+        b->queued_error += (x - sum) + b->queued_tokens;
+    b->queued_tokens = sum;
 }
 
 // Takes a slot off the free list, growing the slab if needed; TB_NIL when out of memory.
@@ -490,8 +534,9 @@ tb_status tb_enqueue(tb_bucket *b, double amount, tb_ns now, tb_ns deadline,
     link_waiter(b, slot);
     b->waiting++;
     b->with_deadline += deadline != TB_NEVER;
-    b->queued_tokens += amount;
+    add_queued(b, amount);
     *id = (tb_id)b->enqueued << 32 | slot;
+    debug_check(b);
     return TB_OK;
 }
 
@@ -510,7 +555,10 @@ static void *unlink_waiter(tb_bucket *b, uint32_t slot)
         b->slots[w->next].prev = w->prev;
     b->waiting--;
     b->with_deadline -= w->deadline != TB_NEVER;
-    b->queued_tokens = b->waiting ? b->queued_tokens - w->amount : 0.0;
+    if (b->waiting)
+        add_queued(b, -w->amount);
+    else
+        b->queued_tokens = b->queued_error = 0.0;
     *w = (tb_waiter){.next = b->free};
     b->free = slot;
     if (b->waiting == 0 && b->capacity > MIN_SLOTS) {
@@ -528,7 +576,9 @@ void *tb_withdraw(tb_bucket *b, tb_id id)
     uint32_t sequence = (uint32_t)(id >> 32);
     if (slot >= b->capacity || sequence == 0 || b->slots[slot].sequence != sequence)
         return NULL;
-    return unlink_waiter(b, slot);
+    void *handle = unlink_waiter(b, slot);
+    debug_check(b);
+    return handle;
 }
 
 // The late-wake credit in nanoseconds: late_credit of a token of the fastest rate (none for a window).
@@ -558,7 +608,9 @@ void *tb_pop_head(tb_bucket *b, tb_ns now, bool grant)
         tb_ns ready = all_fit_at(b, amount, now - late_credit_ns(b));
         take_all(b, amount, ready < now ? ready : now, now);
     }
-    return unlink_waiter(b, b->head);
+    void *handle = unlink_waiter(b, b->head);
+    debug_check(b);
+    return handle;
 }
 
 void tb_set_late_credit(tb_bucket *b, double tokens)
@@ -585,6 +637,7 @@ tb_status tb_set_rate(tb_bucket *b, uint32_t index, double ns_per_token, double 
                    .full_at = now};
     advance(r, (burst - (tokens < burst ? tokens : burst)) * ns_per_token);
     b->max_amount = most_grantable(b);
+    debug_check(b);
     return TB_OK;
 }
 
@@ -595,6 +648,7 @@ tb_status tb_set_window(tb_bucket *b, tb_ns period, double limit)
     b->window.period = period;
     b->window.limit = limit;
     b->max_amount = most_grantable(b);
+    debug_check(b);
     return TB_OK;
 }
 
@@ -634,6 +688,7 @@ void tb_refund(tb_bucket *b, double amount, tb_ns now)
     for (uint32_t i = 0; i < b->nrates; i++)
         retreat(&b->rates[i], amount * b->rates[i].ns_per_token);
     window_unrecord(&b->window, amount);
+    debug_check(b);
 }
 
 void tb_rebase(tb_bucket *b, tb_ns then, tb_ns now)
@@ -650,6 +705,7 @@ void tb_rebase(tb_bucket *b, tb_ns then, tb_ns now)
     for (uint32_t s = b->head; s != TB_NIL; s = b->slots[s].next)
         if (b->slots[s].deadline != TB_NEVER)
             b->slots[s].deadline += shift;
+    debug_check(b);
 }
 
 int tb_check(const tb_bucket *b)
@@ -687,7 +743,7 @@ int tb_check(const tb_bucket *b)
     }
     if (count != b->waiting || prev != b->tail || deadlines != b->with_deadline)
         return 6;
-    if (fabs(tokens - b->queued_tokens) > 1e-9 * (tokens + 1))
+    if (fabs(tokens - (b->queued_tokens + b->queued_error)) > 1e-9 * (tokens + 1))
         return 7;
     size_t free_slots = 0;
     for (uint32_t s = b->free; s != TB_NIL; s = b->slots[s].next)

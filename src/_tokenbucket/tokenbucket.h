@@ -79,7 +79,8 @@ typedef struct {
     uint32_t enqueued;    /* enqueue count, wrapping; never 0 in a live slot */
     size_t waiting;       /* waiters in the queue */
     size_t with_deadline; /* of which have a deadline */
-    double queued_tokens; /* sum of their amounts */
+    double queued_tokens; /* sum of their amounts: a running sum... */
+    double queued_error;  /* ...and its compensation (Neumaier), so past amounts leave no rounding behind */
     double late_credit;   /* how late a head may be popped and still be granted as of its ready
                            * instant, in time of one token of the fastest rate */
 } tb_bucket;
@@ -117,7 +118,9 @@ void *tb_ready_head(tb_bucket *b, tb_ns now);
 void *tb_pop_head(tb_bucket *b, tb_ns now, bool grant);
 /* The first instant >= now at which the head waiter can be granted, TB_NEVER if none waits. */
 tb_ns tb_head_ready_at(tb_bucket *b, tb_ns now);
-/* The instant a waiter for amount queued now would be granted, if nothing ahead changes. */
+/* The instant a waiter for amount queued now would be granted, if nothing ahead changes;
+ * TB_NEVER if that is at 2^62 ns or later, or 2^62 ns or more after a full bucket: past
+ * every deadline now + TB_MAX_SPAN on a clock within +-TB_MAX_SPAN. */
 tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now);
 
 /* Sets how much of a late wake-up a head's grant is credited for, in time of one token of the
