@@ -125,6 +125,9 @@ def _parse_rate(prefix: str, max_rate: object, time_period: object = None, burst
     if not (capacity * ns_per_token <= MAX_SPAN):
         raise ValueError(f"{prefix}burst {capacity!r} would take over 73 years to refill at {max_rate!r} "
                          f"per {time_period!r} s")
+    if capacity > 2.0**50:  # amounts below burst / 2**50 cannot be counted: 1 must be countable
+        raise ValueError(f"{prefix}burst must be at most 2**50, so that an amount of 1 counts exactly, "
+                         f"got {capacity!r}")
     return _RateSpec(rate, period, capacity, tokens, ns_per_token)
 
 

@@ -564,6 +564,15 @@ static int parse_rate(tb_state *st, const char *prefix, PyObject *max_rate_arg, 
         }
         return -1;
     }
+    if (out->burst > 0x1p50) {  /* amounts below burst / 2**50 cannot be counted: 1 must be countable */
+        PyObject *shown = PyFloat_FromDouble(out->burst);
+        if (shown) {
+            PyErr_Format(PyExc_ValueError, "%sburst must be at most 2**50, so that an amount of 1 counts "
+                         "exactly, got %R", prefix, shown);
+            Py_DECREF(shown);
+        }
+        return -1;
+    }
     return 0;
 }
 
@@ -1012,12 +1021,17 @@ static PyObject *bucket_has_capacity(PyObject *op, PyObject *const *args, Py_ssi
     BucketObject *self = (BucketObject *)op;
     double amount;
     tb_ns now;
-    if (self->compat && PyVectorcall_NARGS(nargsf) == 1 && kwnames == NULL &&
-        !PyBool_Check(args[0]) && (PyFloat_Check(args[0]) || PyLong_Check(args[0]))) {
-        double asked = PyFloat_AsDouble(args[0]);  /* aiolimiter answers False above capacity */
-        if ((asked == -1.0 && PyErr_Occurred()) || asked > self->core.max_amount) {
-            PyErr_Clear();
-            Py_RETURN_FALSE;
+    if (self->compat) {  /* aiolimiter answers False above capacity */
+        PyObject *asked_arg = NULL, *unused = NULL;
+        if (amount_and_timeout("has_capacity", args, PyVectorcall_NARGS(nargsf), kwnames, false, &asked_arg,
+                               &unused) < 0)
+            return NULL;
+        if (asked_arg && !PyBool_Check(asked_arg) && (PyFloat_Check(asked_arg) || PyLong_Check(asked_arg))) {
+            double asked = PyFloat_AsDouble(asked_arg);
+            if ((asked == -1.0 && PyErr_Occurred()) || asked > self->core.max_amount) {
+                PyErr_Clear();
+                Py_RETURN_FALSE;
+            }
         }
     }
     if (amount_now(self, "has_capacity", args, nargsf, kwnames, &amount, &now) < 0)
