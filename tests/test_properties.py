@@ -27,6 +27,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -68,6 +69,7 @@ class Request:
     arrival: int                  # ns
     state: str = "new"            # new, queued, granted, refused, cancelled, timed out
     done_at: int | None = None
+    granted_at: int | None = None
     task: asyncio.Task | None = None
     cancelled_on_grant: bool = False
 
@@ -121,15 +123,12 @@ class Schedule:
         await asyncio.sleep(0)
 
     async def acquirer(self, request: Request) -> None:
-        limiter = self.limiter
         request.arrival = self.now()
         try:
-            if request.how == "plain":
-                await limiter.acquire(request.amount)
-            elif request.how == "timeout":
-                await limiter.acquire(request.amount, timeout=request.timeout)
+            if request.how == "wait_for":
+                await asyncio.wait_for(self.take(request), request.timeout)
             else:
-                await asyncio.wait_for(limiter.acquire(request.amount), request.timeout)
+                await self.take(request)
         except TimeoutError:
             request.state = "refused" if request.how == "timeout" else "timed out"
             request.done_at = self.now()
@@ -139,7 +138,17 @@ class Schedule:
             request.done_at = self.now()
             raise
         request.state, request.done_at = "granted", self.now()
-        self.grants.append((request.done_at, request.amount, request.index))
+
+    async def take(self, request: Request) -> None:
+        """Acquires, and logs the grant as the awaiting code resumes: in grant order. (Under
+        wait_for this is its inner task, which resumes as early as a plain waiter; the task
+        awaiting wait_for resumes later, after plain waiters granted by the same dispatch.)"""
+        if request.how == "timeout":
+            await self.limiter.acquire(request.amount, timeout=request.timeout)
+        else:
+            await self.limiter.acquire(request.amount)
+        request.granted_at = self.now()
+        self.grants.append((request.granted_at, request.amount, request.index))
 
     async def on_try(self, choice: Any) -> None:
         request = Request(len(self.requests), self.amount(choice), "try", 0, self.now())
@@ -170,7 +179,7 @@ class Schedule:
         if head.cancelled_on_grant:
             assert (head.state, head.done_at) == ("cancelled", ns(at)), f"head {head} not granted when due"
         elif head.state != "timed out":  # its wait_for may fire at the same instant
-            assert (head.state, head.done_at) == ("granted", ns(at)), f"head {head} not granted when due"
+            assert head.granted_at == ns(at), f"head {head} not granted when due"
 
     async def on_cancel_on_grant(self, pick: int) -> None:
         """Marks a queued waiter to be cancelled in the very dispatch that grants it, before its
@@ -335,3 +344,23 @@ def test_the_queued_sum_does_not_drift(lib, vrun):
         return waiting
 
     assert vrun(main()) == 200
+
+
+@pytest.mark.xfail(strict=True, reason="glue: asyncio runs a timer due within its clock resolution (1 ns) early; the "
+                                       "limiter then reads its head as 1 ns short and re-arms 1 ms later (reported)")
+@pytest.mark.parametrize("start", [0.0, 77968.0])
+def test_head_granted_when_due_even_if_its_timer_runs_a_nanosecond_early(lib, start):
+    """asyncio treats every timer due before now + clock resolution (1 ns) as due now. When
+    another callback brings the clock to 0.6 ns before the head's ready instant, the limiter's
+    timer runs then: the head must still be granted at its instant (found at 10^6 waiters by
+    tests/test_stress.py, where a wait_for timeout fell 0.6 ns before a grant)."""
+    loop = VirtualClockLoop(start)
+
+    async def main() -> float:
+        limiter = lib.Limiter(1000, 1, burst=5, initial=0)  # 0.5 token is due 0.5 ms after start
+        assert limiter.tokens == 0
+        loop.call_at(start + 0.0005 - 0.6e-9, lambda: None)  # anything else, due 0.6 ns earlier
+        await limiter.acquire(0.5)
+        return loop.time() - start
+
+    assert ns(_run_on(loop, main())) == ns(0.0005)

@@ -83,12 +83,13 @@ def crowd():
         total += amount
         due.append(total / RATE)
     outcome = [None] * waiters     # ("granted", ns) / ("cancelled", ns) / ("timed out", ns) / ("refused", ns)
-    order = []                     # survivors, in the order they resumed
+    order = []                     # survivors, in the order their grants were made
     arrival = []                   # everyone, in the order they asked (wait_for's inner task asks later)
 
     async def acquire(i, amount, limit=None):
         arrival.append(i)
         await limiter.acquire(amount, timeout=limit)
+        order.append(i)  # logged where the grant resumes (under wait_for, in its inner task): grant order
 
     async def waiter(i, amount, kind, limit):
         try:
@@ -105,7 +106,6 @@ def crowd():
             outcome[i] = ("cancelled", round(loop.time() * 1e9))
             return
         outcome[i] = ("granted", round(loop.time() * 1e9))
-        order.append(i)
 
     async def run():
         tasks = []
@@ -160,19 +160,20 @@ def check(amounts, kinds, limits, outcome, order, arrival, end_ns, tokens):
     left_at = {outcome[i][1] for i in range(len(amounts)) if outcome[i][0] != "granted"}
     # the exact bucket, replayed: it must pay for every grant, and not have paid for one earlier
     level, at, slack, over, late = 0.0, 0, 1.0 / NS_PER_TOKEN, 0, 0
-    previous_grant_at = None
+    previous_grant_at, example = None, None
     for i in order:
         t, amount = outcome[i][1], amounts[i]
         if t != previous_grant_at and t not in left_at and t > 0:
             before = min(BURST, level + (t - 1 - at) / NS_PER_TOKEN)
             if before >= amount + 1e-9 * (1 + amount):
                 late += 1  # it could have been granted a nanosecond earlier: a token was lost
+                example = example or f"waiter {i} ({amount} tokens) granted at {t} ns; at {t - 1} ns the bucket held {before!r}"
         level = min(BURST, level + (t - at) / NS_PER_TOKEN) - amount
         at, previous_grant_at = t, t
         if level < -slack - 1e-9 * BURST:
             over += 1
     assert over == 0, f"{over} grants beyond burst + rate*t"
-    assert late == 0, f"{late} grants later than the bucket allowed: tokens lost"
+    assert late == 0, f"{late} grants later than the bucket allowed: tokens lost; first: {example}"
     exact = min(BURST, level + (end_ns - at) / NS_PER_TOKEN)
     assert abs(tokens - exact) <= slack + 1e-9 * BURST, f"the bucket holds {tokens}, an exact one {exact}"
     counts["granted_tokens"] = sum(amounts[i] for i in order)
