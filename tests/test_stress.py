@@ -167,7 +167,8 @@ def check(amounts, kinds, limits, outcome, order, arrival, end_ns, tokens):
             before = min(BURST, level + (t - 1 - at) / NS_PER_TOKEN)
             if before >= amount + 1e-9 * (1 + amount):
                 late += 1  # it could have been granted a nanosecond earlier: a token was lost
-                example = example or f"waiter {i} ({amount} tokens) granted at {t} ns; at {t - 1} ns the bucket held {before!r}"
+                example = example or (f"waiter {i} ({amount} tokens) granted at {t} ns; "
+                                      f"at {t - 1} ns the bucket held {before!r}")
         level = min(BURST, level + (t - at) / NS_PER_TOKEN) - amount
         at, previous_grant_at = t, t
         if level < -slack - 1e-9 * BURST:
