@@ -1,0 +1,118 @@
+"""The users' jobs again, on real loops (stock asyncio and uvloop) and both engines: order, counts,
+cancellation, fairness and the clock fast path. Real time here only bounds how long a run may take;
+exact timing is checked on the virtual clock (test_scenarios.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+
+async def order_of_grants(limiter: Any, amounts: list[float], *, stagger: bool = False) -> list[int]:
+    grants: list[int] = []
+
+    async def one(index: int, amount: float) -> None:
+        await limiter.acquire(amount)
+        grants.append(index)
+
+    tasks = []
+    for index, amount in enumerate(amounts):
+        tasks.append(asyncio.create_task(one(index, amount)))
+        if stagger:
+            await asyncio.sleep(0)
+    await asyncio.gather(*tasks)
+    return grants
+
+
+def test_burst_then_fifo(lib, run):
+    async def main() -> tuple[list[int], int, int]:
+        limiter = lib.Limiter(2000, 1, burst=40)
+        order = await order_of_grants(limiter, [1] * 44)
+        return order, limiter.waiting, limiter.stats().waits
+
+    order, waiting, waits = run(main())
+    assert order == list(range(44)) and waiting == 0 and 4 <= waits <= 44  # the burst of 40 did not all wait
+
+
+def test_big_request_keeps_its_place(lib, run):
+    async def main() -> list[int]:
+        limiter = lib.Limiter(2000, 1, burst=5, initial=0)
+        return await order_of_grants(limiter, [5] + [1] * 8, stagger=True)
+
+    assert run(main()) == list(range(9))
+
+
+def test_asynclimiter_wakes_smallest_first(lib, run):
+    async def main() -> list[int]:
+        limiter = lib.AsyncLimiter(1000, 1)
+        await limiter.acquire(1000)  # empty
+        return await order_of_grants(limiter, [3, 1, 2, 1], stagger=True)
+
+    assert run(main()) == [1, 3, 2, 0]
+
+
+@pytest.mark.parametrize("which", ["head", "middle", "after grant"])
+def test_cancellations_lose_nothing(lib, run, which):
+    async def main() -> tuple[list[str], list[str], int]:
+        limiter = lib.Limiter(200, 1, burst=1, initial=0)  # one every 5 ms
+        done: list[str] = []
+
+        async def ask(name: str) -> None:
+            await limiter.acquire()
+            done.append(name)
+
+        tasks = {name: asyncio.create_task(ask(name)) for name in "ABC"}
+        await asyncio.sleep(0)
+        target = {"head": "A", "middle": "B", "after grant": "A"}[which]
+        if which == "after grant":
+            while not limiter.has_capacity() and limiter.waiting == 3:
+                await asyncio.sleep(0.001)
+            tasks[target].cancel()
+        else:
+            tasks[target].cancel()
+        results = await asyncio.gather(*tasks.values(), return_exceptions=True)
+        cancelled = [n for n, r in zip("ABC", results) if isinstance(r, asyncio.CancelledError)]
+        await limiter.acquire()  # the bucket still works, nothing is owed
+        return done, cancelled, limiter.waiting
+
+    done, cancelled, waiting = run(main())
+    assert waiting == 0 and sorted(done + cancelled) == ["A", "B", "C"]
+    assert done == [n for n in "ABC" if n not in cancelled]
+
+
+def test_timeouts_fail_at_once(lib, run):
+    async def main() -> list[object]:
+        loop = asyncio.get_running_loop()
+        limiter = lib.Limiter(10, 1, burst=1)
+        await limiter.acquire()
+        start = loop.time()
+        with pytest.raises(TimeoutError):
+            await limiter.acquire(1, timeout=0.05)
+        return [loop.time() - start < 0.05, limiter.waiting, limiter.tokens < 1]
+
+    assert run(main()) == [True, 0, True]
+
+
+def test_uncontended_fast_path_many_times(lib, run):
+    async def main() -> tuple[int, int]:
+        limiter = lib.Limiter(1e12, 1)
+        for _ in range(20_000):
+            async with limiter:
+                pass
+        stats = limiter.stats()
+        return stats.granted, stats.waits
+
+    assert run(main()) == (20_000, 0)
+
+
+def test_reservation_and_window(lib, run):
+    async def main() -> list[object]:
+        limiter = lib.WindowLimiter(50, 0.1)  # 50 per 100 ms window
+        order = await order_of_grants(limiter, [1] * 120)
+        reserve = lib.Limiter(1000, 1, burst=1, initial=0).reserve()
+        await reserve
+        return [order == list(range(120)), limiter.waiting, reserve.done()]
+
+    assert run(main()) == [True, 0, True]
