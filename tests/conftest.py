@@ -10,11 +10,9 @@ from types import SimpleNamespace
 from typing import Any, Awaitable, Callable, Iterator, TypeVar
 
 import pytest
-
 from aiotb import _core_py
 from aiotb._keyed import KeyedLimiter
 from aiotb._limiter import build, window_class
-
 from virtual_loop import VirtualClockLoop
 
 T = TypeVar("T")

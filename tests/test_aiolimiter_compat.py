@@ -9,8 +9,8 @@ woken waiter its tokens at once, so a newcomer in the same loop iteration cannot
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import contextlib
+import contextvars
 import inspect
 import math
 import time
@@ -21,8 +21,8 @@ from unittest import mock
 
 import aiolimiter
 import pytest
-from hypothesis import given, settings, strategies as st
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from virtual_loop import VirtualClockLoop
 
 TOLERANCE = 1e-6  # s: aiolimiter's float leaky bucket against aiotb's integer nanoseconds

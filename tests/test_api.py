@@ -8,10 +8,8 @@ import math
 import os
 from fractions import Fraction
 
-import pytest
-
 import aiotb
-
+import pytest
 from test_scenarios import ns
 
 MODULE_LIMITER = aiotb.Limiter(1, 1)  # made at import time, outside any loop

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 from test_scenarios import ns
 
 OK = "ok"

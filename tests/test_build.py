@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import WANT_C
 
 SANITIZE = os.environ.get("AIOTB_SANITIZE", "") not in ("", "0")

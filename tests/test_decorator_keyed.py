@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import math
 
 import pytest
-
 from test_scenarios import ns
 
 

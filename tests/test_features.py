@@ -6,9 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-
 from test_scenarios import grant_times, most_in_window, ns
-
 
 # ---- reservations ----
 

@@ -21,7 +21,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from profiles import LONG, size
 
 ROOT = Path(__file__).resolve().parent.parent

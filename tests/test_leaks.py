@@ -27,7 +27,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from profiles import size
 
 TESTS = Path(__file__).resolve().parent

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
 from test_scenarios import ns
 from virtual_loop import VirtualClockLoop
 

@@ -12,14 +12,19 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-
 from aiotb import _core_py
 from conftest import WANT_C, _namespace
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 from profiles import hypothesis_settings
-from virtual_loop import VirtualClockLoop
+from virtual_loop import VirtualClockLoop, run_virtually
 
 AMOUNTS = st.sampled_from([1, 1, 1, 2, 3, 0.5, 2.25, 7, 40, 41, -1, 0])
 OPERATIONS = st.lists(
@@ -44,7 +49,6 @@ CONFIGS = st.tuples(
 
 def replay(lib: Any, config: tuple, operations: list) -> list[Any]:
     """Runs the operations on a virtual clock and logs every observable result."""
-    from virtual_loop import VirtualClockLoop
 
     max_rate, period, burst, initial, fair, compat = config
     log: list[Any] = []
@@ -88,11 +92,7 @@ def replay(lib: Any, config: tuple, operations: list) -> list[Any]:
         await asyncio.gather(*tasks, return_exceptions=True)
         log.append(("end", limiter.tokens, limiter.waiting))
 
-    loop = VirtualClockLoop()
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    run_virtually(main())
     return log
 
 

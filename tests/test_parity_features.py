@@ -6,12 +6,12 @@ import asyncio
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from conftest import WANT_C, _namespace
 from aiotb import _core_py
-from virtual_loop import VirtualClockLoop
+from conftest import WANT_C, _namespace
+from hypothesis import given
+from hypothesis import strategies as st
+from profiles import hypothesis_settings
+from virtual_loop import run_virtually
 
 AMOUNTS = st.sampled_from([1, 1, 2, 3, 0.5, 2.25, 5, 11])
 OPERATIONS = st.lists(
@@ -84,16 +84,12 @@ def replay(lib: Any, kind: tuple, fair: bool, operations: list) -> list[Any]:
         await asyncio.gather(*tasks, return_exceptions=True)
         log.append(("end", limiter.tokens, limiter.waiting))
 
-    loop = VirtualClockLoop()
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    run_virtually(main())
     return log
 
 
 @pytest.mark.skipif(not WANT_C, reason="the pure-Python run was asked for (AIOTB_NO_EXTENSIONS)")
-@settings(max_examples=200, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@hypothesis_settings(fast=200, long=20_000)
 @given(kind=KINDS, fair=st.booleans(), operations=OPERATIONS)
 def test_engines_agree_on_every_limit(kind, fair, operations):
     from aiotb import _tokenbucket

@@ -9,20 +9,11 @@ import pathlib
 import re
 
 import pytest
-
-from virtual_loop import VirtualClockLoop
+from virtual_loop import run_virtually
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 EXAMPLES = [block for block in re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
             if "asyncio.run(main())" in block]
-
-
-def run_virtually(main):
-    loop = VirtualClockLoop()
-    try:
-        return loop.run_until_complete(main)
-    finally:
-        loop.close()
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[f"example{i}" for i in range(len(EXAMPLES))])

@@ -38,3 +38,12 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         scheduled = self._scheduled  # asyncio keeps its timers in this heap
         if scheduled and scheduled[0].when() > self._now:
             self._now = scheduled[0].when()
+
+
+def run_virtually(main: Any) -> Any:
+    """Runs a coroutine to completion on a fresh virtual-clock loop, then closes the loop."""
+    loop = VirtualClockLoop()
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        loop.close()

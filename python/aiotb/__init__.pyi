@@ -1,5 +1,16 @@
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Coroutine, Final, Generator, Hashable, NamedTuple, Sequence, TypeVar
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Final,
+    Generator,
+    Hashable,
+    NamedTuple,
+    Sequence,
+    TypeVar,
+)
 
 _R = TypeVar("_R")
 

@@ -720,11 +720,20 @@ class Bucket:
     def _withdraw(self, ident: int) -> bool:
         return self._core.withdraw(ident) is not None
 
-    def _ready_head(self) -> Any:
-        return self._core.ready_head(self._now())
-
-    def _pop_head(self, grant: bool) -> Any:
+    def _now_at_least(self, at: float | None) -> int:
+        """The clock's time, or loop time at if later: a timer the loop ran up to its resolution early."""
         now = self._now()
+        if at is not None:
+            due = to_ns(at)
+            if due > now:
+                now = due
+        return now
+
+    def _ready_head(self, at: float | None = None) -> Any:
+        return self._core.ready_head(self._now_at_least(at))
+
+    def _pop_head(self, grant: bool, at: float | None = None) -> Any:
+        now = self._now_at_least(at)
         if not self._core.entries:
             raise IndexError("no waiter is queued")
         if grant:

@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable, Generator, NamedTuple, Sequence, Ty
 
 R = TypeVar("R")
 
+CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution  # asyncio's _clock_resolution
 REARM_AFTER_EARLY_WAKE = 0.001  # s: uvloop rounds timer delays to whole ms, so a shorter one can fire at once
 REUSED_ACROSS_LOOPS = (
     "This AsyncLimiter instance is being re-used across loops. Please create "
@@ -270,9 +271,11 @@ def build(core: ModuleType) -> tuple[type, type]:
 
         def _dispatch(self, woke_for: float | None = None) -> None:
             """Grants every waiter whose turn has come, then keeps the one timer on the next head."""
-            while (head := self._ready_head()) is not None:
+            # asyncio runs a timer due within its clock's resolution as due now: so does the limiter
+            due = woke_for if woke_for is not None and woke_for - self._loop.time() <= CLOCK_RESOLUTION else None
+            while (head := self._ready_head(due)) is not None:
                 wanted = not head.done()  # a cancelled waiter leaves without taking tokens
-                self._pop_head(wanted)
+                self._pop_head(wanted, due)
                 if wanted:
                     head.set_result(None)
             at = self._head_ready_at()

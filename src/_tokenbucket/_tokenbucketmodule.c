@@ -1084,26 +1084,47 @@ static PyObject *bucket_withdraw(PyObject *op, PyObject *arg)
     return PyBool_FromLong(handle != NULL);
 }
 
-// _ready_head() -> handle or None: the head waiter if it can be granted now.
-static PyObject *bucket_ready_head(PyObject *op, PyObject *Py_UNUSED(ignored))
+// The clock's time, or the loop time at if that is later (a timer the loop ran as due although
+// it is up to its clock resolution early); 0, or -1 with an exception.
+static int now_at_least(BucketObject *self, PyObject *at, tb_ns *now)
+{
+    if (bucket_now(self, now) < 0)
+        return -1;
+    if (at == Py_None)
+        return 0;
+    double seconds = PyFloat_AsDouble(at);
+    tb_ns due;
+    if ((seconds == -1.0 && PyErr_Occurred()) || seconds_to_ns(seconds, &due) < 0)
+        return -1;
+    if (due > *now)
+        *now = due;
+    return 0;
+}
+
+// _ready_head(at=None) -> handle or None: the head waiter if it can be granted now (or at at).
+static PyObject *bucket_ready_head(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     BucketObject *self = (BucketObject *)op;
     tb_ns now;
-    if (bucket_now(self, &now) < 0)
+    if (nargs > 1)
+        return PyErr_Format(PyExc_TypeError, "_ready_head() takes at most 1 argument (%zd given)", nargs);
+    if (now_at_least(self, nargs ? args[0] : Py_None, &now) < 0)
         return NULL;
     PyObject *handle = tb_ready_head(&self->core, now);
     return Py_NewRef(handle ? handle : Py_None);
 }
 
-// _pop_head(grant) -> handle: removes the head waiter, taking its tokens now if grant.
-static PyObject *bucket_pop_head(PyObject *op, PyObject *arg)
+// _pop_head(grant, at=None) -> handle: removes the head waiter, taking its tokens now (or at at) if grant.
+static PyObject *bucket_pop_head(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     BucketObject *self = (BucketObject *)op;
-    int grant = PyObject_IsTrue(arg);
+    if (nargs < 1 || nargs > 2)
+        return PyErr_Format(PyExc_TypeError, "_pop_head() takes 1 or 2 arguments (%zd given)", nargs);
+    int grant = PyObject_IsTrue(args[0]);
     if (grant < 0)
         return NULL;
     tb_ns now;
-    if (bucket_now(self, &now) < 0)  /* may run Python: look at the queue only after it */
+    if (now_at_least(self, nargs > 1 ? args[1] : Py_None, &now) < 0)  /* may run Python: look at the queue after */
         return NULL;
     if (self->core.head == TB_NIL) {
         PyErr_SetString(PyExc_IndexError, "no waiter is queued");
@@ -1328,8 +1349,8 @@ static PyMethodDef bucket_methods[] = {
     {"has_capacity", (PyCFunction)(void (*)(void))bucket_has_capacity, METH_FASTCALL | METH_KEYWORDS, "has_capacity($self, /, amount=1)\n--\n\nWhether acquire(amount) would go through now; takes nothing."},
     {"_enqueue", (PyCFunction)(void (*)(void))bucket_enqueue, METH_FASTCALL, NULL},
     {"_withdraw", bucket_withdraw, METH_O, NULL},
-    {"_ready_head", bucket_ready_head, METH_NOARGS, NULL},
-    {"_pop_head", bucket_pop_head, METH_O, NULL},
+    {"_ready_head", (PyCFunction)(void (*)(void))bucket_ready_head, METH_FASTCALL, NULL},
+    {"_pop_head", (PyCFunction)(void (*)(void))bucket_pop_head, METH_FASTCALL, NULL},
     {"_head_ready_at", bucket_head_ready_at, METH_NOARGS, NULL},
     {"_refund", bucket_refund, METH_O, NULL},
     {"_granted", bucket_granted, METH_NOARGS, NULL},
