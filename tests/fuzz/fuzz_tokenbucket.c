@@ -456,6 +456,8 @@ static void op_rebase(state *s, input *in)
     tb_ns then = s->now, now = s->now + shift;
     if (now < -TIME_LIMIT || now > TIME_LIMIT)
         return;
+    if (s->shift + shift < -TIME_LIMIT || s->shift + shift > TIME_LIMIT)
+        return;  /* the driver's own time (now - shift) must stay within int64 too */
     for (size_t i = 0; i < s->waiting; i++)  /* deadlines must stay in range too */
         if (s->waiters[i].deadline != TB_NEVER &&
             (s->waiters[i].deadline + shift > 2 * TIME_LIMIT || s->waiters[i].deadline + shift < -2 * TIME_LIMIT))
