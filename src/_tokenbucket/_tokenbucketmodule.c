@@ -30,6 +30,7 @@ typedef struct {
     PyObject *ready;             /* the one done awaitable */
     PyObject *clock_var;         /* ContextVar: this task's LoopClock, if its loop is monotonic */
     PyObject *latest_clock;      /* weak reference to the latest LoopClock made, or NULL */
+    uint64_t clock_sets;         /* how many times clock_var was set: a bucket's cached read is stale after one */
     PyObject *get_running_loop;  /* asyncio.events._get_running_loop */
     PyObject *is_monotonic_loop; /* aiotb._clock.is_monotonic_loop */
     PyObject *real_type;         /* numbers.Real */
@@ -204,6 +205,13 @@ typedef struct {
     bool has_last;      /* last_now holds a reading */
     tb_ns last_now;     /* the latest reading of the clock */
     PyObject *domain;   /* the loop whose own clock core times are on; NULL: CLOCK_MONOTONIC */
+    /* The clock variable as this bucket last read it (a LoopClock, or NULL): still its value while the
+     * thread, that thread's context version (bumped whenever a context is entered or left) and
+     * st->clock_sets are unchanged. A strong reference: the context may drop its own. */
+    PyObject *seen_clock;
+    uint64_t seen_thread_id;
+    uint64_t seen_context_ver;
+    uint64_t seen_sets;
     uint64_t granted;   /* grants kept (a grant given back by a cancelled waiter is not counted) */
     double granted_tokens;
 } BucketObject;
@@ -254,10 +262,10 @@ static double ns_to_seconds(tb_ns ns)
 // Whether the remembered clock proof still holds here, at the cost of a few loads: same
 // thread, same class unmodified, same number of instance attributes (a `time` patched on the
 // instance adds one; its removal takes it away). Any change sends the caller back to the full check.
-static int clock_still_valid(ClockObject *clock)
+static int clock_still_valid(ClockObject *clock, PyThreadState *ts)
 {
     PyTypeObject *type = Py_TYPE(clock->loop);
-    return clock->thread == PyThreadState_Get() && type == clock->loop_type &&
+    return clock->thread == ts && type == clock->loop_type &&
            type->tp_version_tag == clock->type_version &&
            (clock->loop_dict == NULL || PyDict_GET_SIZE(clock->loop_dict) == clock->dict_size);
 }
@@ -268,6 +276,7 @@ static int adopt_clock(tb_state *st, PyObject *clock)
     PyObject *token = PyContextVar_Set(st->clock_var, clock);
     if (token == NULL)
         return -1;
+    st->clock_sets++;
     Py_DECREF(token);
     return 0;
 }
@@ -325,7 +334,7 @@ COLD static int read_clock_slow(tb_state *st, tb_ns *now, PyObject **domain)
     int rc = -1;
     PyObject *latest = st->latest_clock ? PyWeakref_GetObject(st->latest_clock) : NULL;  /* borrowed */
     if (latest != NULL && latest != Py_None && ((ClockObject *)latest)->loop == loop &&
-        clock_still_valid((ClockObject *)latest)) {  /* a new task on a loop proven before */
+        clock_still_valid((ClockObject *)latest, PyThreadState_Get())) {  /* a new task on a loop proven before */
         if (adopt_clock(st, latest) < 0)
             goto done;
         *now = monotonic_ns();
@@ -368,17 +377,34 @@ COLD static void switch_clock(BucketObject *self, PyObject *domain, tb_ns now)
     Py_XSETREF(self->domain, Py_XNewRef(domain));
 }
 
+// Reads this task's LoopClock (or NULL) from the context and remembers the read in self;
+// *clock is borrowed from self. 0, or -1 with an exception.
+COLD static int read_clock_var(BucketObject *self, PyThreadState *ts, PyObject **clock)
+{
+    tb_state *st = self->state;
+    if (PyContextVar_Get(st->clock_var, NULL, clock) < 0)
+        return -1;
+    if (*clock != NULL && !Py_IS_TYPE(*clock, st->clock_type))  /* set by someone else: no proof */
+        Py_CLEAR(*clock);
+    Py_XSETREF(self->seen_clock, *clock);
+    self->seen_thread_id = ts->id;
+    self->seen_context_ver = ts->context_ver;
+    self->seen_sets = st->clock_sets;
+    return 0;
+}
+
 // The running loop's time in ns, moving the core onto that clock if it changed. 0, or -1 with an exception.
 static int bucket_now(BucketObject *self, tb_ns *now)
 {
     tb_state *st = self->state;
-    PyObject *clock;
-    if (PyContextVar_Get(st->clock_var, NULL, &clock) < 0)
+    PyThreadState *ts = PyThreadState_Get();
+    PyObject *clock = self->seen_clock;
+    if (!(ts->id == self->seen_thread_id && ts->context_ver == self->seen_context_ver &&
+          st->clock_sets == self->seen_sets) &&
+        read_clock_var(self, ts, &clock) < 0)
         return -1;
     PyObject *domain = NULL;
-    int valid = clock ? clock_still_valid((ClockObject *)clock) : 0;
-    Py_XDECREF(clock);  /* the context still holds it */
-    if (valid)
+    if (clock && clock_still_valid((ClockObject *)clock, ts))
         *now = monotonic_ns();
     else if (read_clock_slow(st, now, &domain) < 0)
         return -1;
@@ -725,6 +751,7 @@ static int bucket_traverse(PyObject *op, visitproc visit, void *arg)
     BucketObject *self = (BucketObject *)op;
     Py_VISIT(Py_TYPE(op));
     Py_VISIT(self->domain);
+    Py_VISIT(self->seen_clock);
     for (uint32_t s = self->core.head; s != TB_NIL; s = self->core.slots[s].next)
         Py_VISIT((PyObject *)self->core.slots[s].handle);
     return 0;
@@ -744,6 +771,7 @@ static int bucket_clear(PyObject *op)
     BucketObject *self = (BucketObject *)op;
     drop_waiters(self);
     Py_CLEAR(self->domain);
+    Py_CLEAR(self->seen_clock);
     return 0;
 }
 
