@@ -314,8 +314,10 @@ static int remember_clock(tb_state *st, PyObject *loop)
 
 #if defined(__GNUC__)
 #define COLD __attribute__((noinline, cold))  /* keeps the fast path's frame small */
+#define ALWAYS_INLINE __attribute__((always_inline))
 #else
 #define COLD
+#define ALWAYS_INLINE
 #endif
 
 // Reads the running loop's clock the long way; *domain gets a new reference to the loop
@@ -393,11 +395,10 @@ COLD static int read_clock_var(BucketObject *self, PyThreadState *ts, PyObject *
     return 0;
 }
 
-// The running loop's time in ns, moving the core onto that clock if it changed. 0, or -1 with an exception.
-static int bucket_now(BucketObject *self, tb_ns *now)
+// bucket_now past its fast path: reads the clock variable again if needed, and any clock. 0, or -1.
+COLD static int bucket_now_slow(BucketObject *self, PyThreadState *ts, tb_ns *now)
 {
     tb_state *st = self->state;
-    PyThreadState *ts = PyThreadState_Get();
     PyObject *clock = self->seen_clock;
     if (!(ts->id == self->seen_thread_id && ts->context_ver == self->seen_context_ver &&
           st->clock_sets == self->seen_sets) &&
@@ -414,6 +415,23 @@ static int bucket_now(BucketObject *self, tb_ns *now)
     self->last_now = *now;
     self->has_last = true;
     return 0;
+}
+
+// The running loop's time in ns, moving the core onto that clock if it changed. 0, or -1 with an exception.
+// Inlined: the fast path is a few loads and compares, then CLOCK_MONOTONIC.
+static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
+{
+    PyThreadState *ts = PyThreadState_Get();
+    ClockObject *clock = (ClockObject *)self->seen_clock;
+    if (clock != NULL && self->domain == NULL && ts->id == self->seen_thread_id &&
+        ts->context_ver == self->seen_context_ver && self->state->clock_sets == self->seen_sets &&
+        clock_still_valid(clock, ts)) {
+        *now = monotonic_ns();
+        self->last_now = *now;
+        self->has_last = true;
+        return 0;
+    }
+    return bucket_now_slow(self, ts, now);
 }
 
 // Converts a real number (not bool) to double; 0, or -1 with TypeError naming the parameter.
