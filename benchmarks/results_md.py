@@ -150,8 +150,11 @@ def _observations(results: dict[str, Any]) -> list[str]:
         if floor and others:
             rate = floor.get("rate")
             shown = ", ".join(f"{label(results, k)} {fmt(r.get('achieved_rate'), 0)}/s" for k, r in others)
+            woke = results.get("wakeups", {}).get(loop) or {}
+            probe = (f" The loop woke a task sleeping {1e3 * woke['period_s']:g} ms {woke['wakes_per_s']:,.0f} "
+                     f"times/s at {woke['cpu_pct']:.0f} % CPU." if woke.get("wakes_per_s") else "")
             out.append(f"- Burst 1 at {fmt(rate, 0)}/s on {loop} (faster than the selector's 1 ms timeouts): "
-                       f"{shown}; the no-limiter floor {fmt(floor.get('achieved_rate'), 0)}/s.")
+                       f"{shown}; the no-limiter floor {fmt(floor.get('achieved_rate'), 0)}/s.{probe}")
     contended = grouped(results["contended"])
     for loop in ("asyncio", "uvloop"):
         aiotb, floor = find(contended, loop, "aiotb", n=10_000), find(contended, loop, "no-limiter", n=10_000)

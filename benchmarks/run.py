@@ -136,7 +136,7 @@ class Runner:
         self.keys = keys
         self.competitors, self.unavailable = registry.available(keys)
         self.progress = Progress()
-        self.results: dict[str, Any] = {"uncontended": {}, "contended": [], "smooth": [], "mixed": [],
+        self.results: dict[str, Any] = {"uncontended": {}, "contended": [], "smooth": [], "wakeups": {}, "mixed": [],
                                         "churn": [], "classic": [], "skipped": [], "errors": []}
 
     def runnable(self, scenario: str) -> list[str]:
@@ -222,6 +222,13 @@ class Runner:
         params = dict(self.profile.smooth)
         span = ideal_span(params["n"], params["rate"], params["burst"])
         for loop in self.loops:
+            probe = {"period_s": 1 / params["rate"], "duration_s": 2.0}
+            self.progress.say(f"smooth {loop}: how often the loop wakes a task sleeping "
+                              f"{probe['period_s'] * 1e3:g} ms ...")
+            woke = run_child({"scenario": "wakeups", "loop": loop, "params": probe}, timeout=60)
+            self.results["wakeups"][loop] = woke
+            self.progress.say(f"    {fmt(woke.get('wakes_per_s'), 0)} wake-ups/s at {fmt(woke.get('cpu_pct'), 0)} % CPU"
+                              + self.failure(woke))
             for key in [k for k in self.profile.smooth_competitors if k in self.runnable("contended")]:
                 self.progress.say(f"smooth (burst 1) {loop} N={params['n']:,} R={params['rate']:,.0f}/s {key} ...")
                 result = self.child("contended", loop, key, params, span)

@@ -91,6 +91,23 @@ async def uncontended(competitors: list[Competitor], iterations: int, repetition
     return {"iterations": counts, "ns": samples}
 
 
+# ---- how often the loop can wake a sleeping task ----
+
+async def wakeups(period_s: float, duration_s: float) -> dict[str, Any]:
+    """Wake-ups per second, and CPU % of wall, of one task that sleeps period_s at a time.
+
+    A bucket of burst 1 may grant about one token per wake-up of the loop (a second one in
+    the same wake-up would exceed burst + rate * t by up to a token), so this bounds the rate
+    any limiter that keeps the bound can reach by timers alone, without polling."""
+    wakes = 0
+    cpu_start, start = time.process_time(), time.monotonic()
+    while (elapsed := time.monotonic() - start) < duration_s:
+        await asyncio.sleep(period_s)
+        wakes += 1
+    return {"period_s": period_s, "wakes_per_s": wakes / elapsed,
+            "cpu_pct": 100 * (time.process_time() - cpu_start) / elapsed, "complete": True}
+
+
 # ---- releasing many waiters at once ----
 
 class CollectorTimes:

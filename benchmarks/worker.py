@@ -37,6 +37,8 @@ async def measure(spec: dict[str, Any]) -> None:
         competitors = [registry.load(key) for key in spec["competitors"]]
         result = await scenarios.uncontended(competitors, spec["iterations"], spec["repetitions"],
                                              spec["budget_s"], spec["loop"])
+    elif scenario == "wakeups":
+        result = await scenarios.wakeups(**spec["params"])
     else:
         competitor = registry.load(spec["competitor"])
         params = dict(spec["params"])
