@@ -73,9 +73,13 @@ def test_libfuzzer_run(tmp_path: Path) -> None:
     if WORKERS > 1:
         command[1:1] = [f"-jobs={WORKERS}", f"-workers={WORKERS}"]
     run = subprocess.run(command, check=False, capture_output=True, text=True, timeout=6 * 3600, env=env, cwd=tmp_path)
-    output = run.stderr + "".join(path.read_text() for path in tmp_path.glob("fuzz-*.log"))
+    # with workers, each worker's final stats are in its fuzz-N.log and echoed on stderr: count the logs
+    logs = "".join(path.read_text() for path in sorted(tmp_path.glob("fuzz-*.log")))
+    output = run.stderr + logs
     crashes = sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(("crash-", "leak-", "timeout-")))
     assert run.returncode == 0 and not crashes, f"{crashes}\n{output[-8000:]}"
-    executed = sum(int(count) for count in re.findall(r"stat::number_of_executed_units: (\d+)", output))
+    stats = re.findall(r"stat::number_of_executed_units: (\d+)", logs if WORKERS > 1 else run.stderr)
+    assert len(stats) == WORKERS, output[-8000:]
+    executed = sum(int(count) for count in stats)
     print(f"libFuzzer: {executed} executions, 0 crashes")  # the figure for the record, with -s
     assert executed >= EXECUTIONS
