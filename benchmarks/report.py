@@ -360,14 +360,16 @@ def _beyond_reach(results: dict[str, Any], scenario: str, entry: dict[str, Any])
     woke = results.get("wakeups", {}).get(loop) or {}
     if scenario == "smooth" and p["burst"] <= 1 and woke.get("wakes_per_s"):
         period_ms = 1e3 * woke["period_s"]
+        share = ("burst 1 lets at most two grants share one wake-up of the loop (the token, and under one token "
+                 "of credit for a late wake-up)")
         if woke["cpu_pct"] >= 95:
-            return (f"burst 1 grants about one token per wake-up, and {loop} cannot time a {period_ms:g} ms sleep: "
-                    f"it runs it at once, {woke['wakes_per_s']:,.0f} wake-ups/s at {woke['cpu_pct']:.0f} % CPU, "
-                    "which is polling, ruled out by the CPU target")
-        if woke["wakes_per_s"] < p["rate"]:
-            return (f"burst 1 grants about one token per wake-up, and {loop} woke a task sleeping {period_ms:g} ms "
-                    f"only {woke['wakes_per_s']:,.0f} times/s: its timers have whole-millisecond resolution, "
-                    "plus latency")
+            return (f"{share}, and {loop} cannot time a {period_ms:g} ms sleep: it runs it at once, "
+                    f"{woke['wakes_per_s']:,.0f} wake-ups/s at {woke['cpu_pct']:.0f} % CPU, which is polling, "
+                    "ruled out by the CPU target; its timers have whole-millisecond resolution")
+        if 2 * woke["wakes_per_s"] < p["rate"]:
+            return (f"{share}, and {loop} woke a task sleeping {period_ms:g} ms only {woke['wakes_per_s']:,.0f} "
+                    f"times/s, so at most {2 * woke['wakes_per_s']:,.0f} grants/s: its timers have "
+                    "whole-millisecond resolution, plus latency")
     return None
 
 
