@@ -124,3 +124,28 @@ def test_a_long_stall_is_not_made_up_with_a_burst(lib):
 def test_lateness_under_a_token_does_not_slow_the_rate(lib):
     times = run_waiters(lib, LateLoop(0.0054), 100)
     assert (times[-1] - times[1]) / 98 == pytest.approx(0.01, abs=1e-12)  # still exactly 100/s
+
+
+@pytest.mark.parametrize("amount", [1, 2])
+def test_waiters_granted_in_one_pass_resume_in_grant_order(lib, amount):
+    """A loop that ran late lets a newcomer's own enqueue grant the waiter ahead of it and then the
+    newcomer itself, in one pass: the one granted first must also resume first."""
+
+    async def main() -> list[int]:
+        loop = asyncio.get_running_loop()
+        limiter = lib.Limiter(1000, 1, burst=2 * amount, initial=0)  # a token a millisecond
+        resumed: list[int] = []
+
+        async def one(index: int) -> None:
+            await limiter.acquire(amount)
+            resumed.append(index)
+
+        ahead = asyncio.create_task(one(0))
+        await asyncio.sleep(0)  # queued; its timer is for 1 ms (or 2 ms)
+        loop._now += 0.002 * amount  # the loop was busy: both turns have come before the timer ran
+        behind = asyncio.create_task(one(1))
+        await asyncio.gather(ahead, behind)
+        assert limiter.stats().waits == 2 and limiter.waiting == 0
+        return resumed
+
+    assert run_virtually(main()) == [0, 1]

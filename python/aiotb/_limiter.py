@@ -181,7 +181,11 @@ def build(core: ModuleType) -> tuple[type, type]:
                 raise
             started = loop.time()
             try:
-                self._dispatch()
+                first = self._dispatch()
+                if first is not None and first is not granted and granted.done():
+                    # granted in this same pass behind others (the loop ran late): their tasks, woken
+                    # first, resume first, as their grants came first
+                    await asyncio.sleep(0)
                 await granted
                 waited = loop.time() - started
                 self._waits += 1
@@ -269,30 +273,35 @@ def build(core: ModuleType) -> tuple[type, type]:
             self._loop = loop
             return loop
 
-        def _dispatch(self, woke_for: float | None = None) -> None:
-            """Grants every waiter whose turn has come, then keeps the one timer on the next head."""
+        def _dispatch(self, woke_for: float | None = None) -> asyncio.Future[None] | None:
+            """Grants every waiter whose turn has come, then keeps the one timer on the next head.
+            Returns the first waiter it granted, if any."""
             # asyncio runs a timer due within its clock's resolution as due now: so does the limiter
             due = woke_for if woke_for is not None and woke_for - self._loop.time() <= CLOCK_RESOLUTION else None
+            first = None
             while (head := self._ready_head(due)) is not None:
                 wanted = not head.done()  # a cancelled waiter leaves without taking tokens
                 self._pop_head(wanted, due)
                 if wanted:
                     head.set_result(None)
+                    if first is None:
+                        first = head
             at = self._head_ready_at()
             timer = self._timer
             if at is not None and timer is not None and at == self._timer_at:
-                return
+                return first
             if timer is not None:
                 timer.cancel()
                 self._timer = self._timer_at = None
             if at is None:
-                return
+                return first
             loop = self._loop
             if at == woke_for:  # the loop fired early: aim as far past the time as it fell short, never poll
                 now = loop.time()
                 at = max(at + (at - now), now + REARM_AFTER_EARLY_WAKE)
             self._timer = loop.call_at(at, self._on_timer)
             self._timer_at = at
+            return first
 
         def _on_timer(self) -> None:
             woke_for, self._timer, self._timer_at = self._timer_at, None, None
