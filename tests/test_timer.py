@@ -120,7 +120,6 @@ def test_a_long_stall_is_not_made_up_with_a_burst(lib):
         assert most_in_window(times, window) <= 1 + 100 * window / 1e9 + 0.99
 
 
-
 def test_lateness_under_a_token_does_not_slow_the_rate(lib):
     times = run_waiters(lib, LateLoop(0.0054), 100)
     assert (times[-1] - times[1]) / 98 == pytest.approx(0.01, abs=1e-12)  # still exactly 100/s

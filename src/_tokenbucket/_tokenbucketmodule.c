@@ -379,35 +379,41 @@ COLD static void switch_clock(BucketObject *self, PyObject *domain, tb_ns now)
     Py_XSETREF(self->domain, Py_XNewRef(domain));
 }
 
-// Reads this task's LoopClock (or NULL) from the context and remembers the read in self;
-// *clock is borrowed from self. 0, or -1 with an exception.
-COLD static int read_clock_var(BucketObject *self, PyThreadState *ts, PyObject **clock)
+// Whether self->seen_clock is still the clock variable's value here: same thread, no context entered
+// or left on it, and no set of the variable since the bucket read it.
+static inline ALWAYS_INLINE bool seen_is_current(const BucketObject *self, const PyThreadState *ts)
+{
+    return ts->id == self->seen_thread_id && ts->context_ver == self->seen_context_ver &&
+           self->state->clock_sets == self->seen_sets;
+}
+
+// Reads this task's LoopClock (or NULL) from the context into self->seen_clock. 0, or -1 with an
+// exception. Releasing the previous one may run Python: callers read self->seen_clock afterwards.
+COLD static int read_clock_var(BucketObject *self, PyThreadState *ts)
 {
     tb_state *st = self->state;
-    if (PyContextVar_Get(st->clock_var, NULL, clock) < 0)
+    PyObject *clock;
+    if (PyContextVar_Get(st->clock_var, NULL, &clock) < 0)
         return -1;
-    if (*clock != NULL && !Py_IS_TYPE(*clock, st->clock_type))  /* set by someone else: no proof */
-        Py_CLEAR(*clock);
-    Py_XSETREF(self->seen_clock, *clock);
+    if (clock != NULL && !Py_IS_TYPE(clock, st->clock_type))  /* set by someone else: no proof */
+        Py_CLEAR(clock);
     self->seen_thread_id = ts->id;
     self->seen_context_ver = ts->context_ver;
     self->seen_sets = st->clock_sets;
+    Py_XSETREF(self->seen_clock, clock);
     return 0;
 }
 
 // bucket_now past its fast path: reads the clock variable again if needed, and any clock. 0, or -1.
 COLD static int bucket_now_slow(BucketObject *self, PyThreadState *ts, tb_ns *now)
 {
-    tb_state *st = self->state;
-    PyObject *clock = self->seen_clock;
-    if (!(ts->id == self->seen_thread_id && ts->context_ver == self->seen_context_ver &&
-          st->clock_sets == self->seen_sets) &&
-        read_clock_var(self, ts, &clock) < 0)
+    if (!seen_is_current(self, ts) && read_clock_var(self, ts) < 0)
         return -1;
+    ClockObject *clock = (ClockObject *)self->seen_clock;
     PyObject *domain = NULL;
-    if (clock && clock_still_valid((ClockObject *)clock, ts))
+    if (clock && clock_still_valid(clock, ts))
         *now = monotonic_ns();
-    else if (read_clock_slow(st, now, &domain) < 0)
+    else if (read_clock_slow(self->state, now, &domain) < 0)
         return -1;
     if (domain != self->domain)
         switch_clock(self, domain, *now);
@@ -423,9 +429,7 @@ static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
 {
     PyThreadState *ts = PyThreadState_Get();
     ClockObject *clock = (ClockObject *)self->seen_clock;
-    if (clock != NULL && self->domain == NULL && ts->id == self->seen_thread_id &&
-        ts->context_ver == self->seen_context_ver && self->state->clock_sets == self->seen_sets &&
-        clock_still_valid(clock, ts)) {
+    if (clock != NULL && self->domain == NULL && seen_is_current(self, ts) && clock_still_valid(clock, ts)) {
         *now = monotonic_ns();
         self->last_now = *now;
         self->has_last = true;
