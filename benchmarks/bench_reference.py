@@ -4,6 +4,8 @@
 - Python no-op: `async with` on a class whose async __aenter__/__aexit__ do nothing;
 - C no-op: `async with` on noop/_noopcm.c, whose methods return an awaitable that is
   already finished: the cost of the `async with` protocol itself;
+- bare C bucket: the same, plus a read of CLOCK_MONOTONIC and one token taken from a
+  GCRA bucket: the least an exact limiter can cost;
 - no limiter: each waiter sleeps until its own slot in the ideal schedule (one
   asyncio.sleep, hence one timer, per waiter), with nothing deciding anything.
 """
@@ -76,6 +78,10 @@ def _noop_context(rate: float, burst: float | None):
     return load_noop().NoopContext()
 
 
+def _bare_bucket(rate: float, burst: float | None):
+    return load_noop().BareBucket(rate)
+
+
 EMPTY_LOOP = Competitor(
     key="empty-loop",
     label="empty loop (reference)",
@@ -108,6 +114,16 @@ C_NOOP = Competitor(
     scenarios=frozenset({"uncontended"}),
 )
 
+BARE_BUCKET = Competitor(
+    key="c-bucket",
+    label="bare C bucket (reference)",
+    make=_bare_bucket,
+    acquire=None,
+    reference=True,
+    mapping="noop/_noopcm.c: the C no-op plus a CLOCK_MONOTONIC read and a GCRA check; never waits",
+    scenarios=frozenset({"uncontended"}),
+)
+
 NO_LIMITER = Competitor(
     key="no-limiter",
     label="no limiter: sleep to ideal slot (floor)",
@@ -120,4 +136,4 @@ NO_LIMITER = Competitor(
     scenarios=frozenset({"contended", "mixed", "classic"}),
 )
 
-COMPETITORS = [EMPTY_LOOP, PYTHON_NOOP, C_NOOP, NO_LIMITER]
+COMPETITORS = [EMPTY_LOOP, PYTHON_NOOP, C_NOOP, BARE_BUCKET, NO_LIMITER]

@@ -23,6 +23,7 @@ COLOURS = {
     "pyrate": "#8c564b",
     "no-limiter": "#7f7f7f",
     "c-noop": "#000000",
+    "c-bucket": "#525252",
     "py-noop": "#bcbd22",
     "empty-loop": "#c7c7c7",
 }

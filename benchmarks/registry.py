@@ -16,6 +16,7 @@ FILES = {
     "pyrate": "bench_pyrate",
     "no-limiter": "bench_reference",
     "c-noop": "bench_reference",
+    "c-bucket": "bench_reference",
     "py-noop": "bench_reference",
     "empty-loop": "bench_reference",
 }

@@ -51,7 +51,7 @@ class Profile:
 FULL = Profile(
     name="full",
     uncontended_iterations=1_000_000,
-    uncontended_repetitions=11,
+    uncontended_repetitions=21,
     uncontended_budget_s=0.6,
     contended_sizes=[1_000, 10_000, 100_000, 1_000_000],
     contended_paced_s=3.0,
@@ -158,7 +158,10 @@ class Runner:
 
     # ---- scenario 1 ----
     def uncontended(self) -> None:
-        keys = self.runnable("uncontended")
+        # measured in this order, rotated each repetition: aiotb and the floors its target ratio is
+        # taken against run back to back, in the same spell of the machine's load
+        paired = [k for k in ("aiotb", "c-noop", "c-bucket") if k in self.runnable("uncontended")]
+        keys = paired + [k for k in self.runnable("uncontended") if k not in paired]
         p = self.profile
         for loop in self.loops:
             self.progress.say(f"uncontended on {loop}: {len(keys)} competitors, {p.uncontended_repetitions} "
@@ -319,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import report  # imports matplotlib; kept out of the children
 
-    raw = CACHE / f"results-{profile.name}.json"
+    raw = CACHE / f"results-{profile.name}{'-partial' if partial else ''}.json"
     if args.report_only:
         results = json.loads(raw.read_text())
         print(report.render_text(results))
@@ -328,11 +331,13 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(profile, loops, keys)
     for key, why in runner.unavailable.items():
         runner.progress.say(f"not available: {key}: {why}")
-    noop_problem = build_noop(runner.progress) if "c-noop" in keys else None
+    noop_keys = [key for key in ("c-noop", "c-bucket") if key in keys]
+    noop_problem = build_noop(runner.progress) if noop_keys else None
     if noop_problem:
         runner.progress.say(noop_problem)
-        runner.unavailable["c-noop"] = noop_problem
-        runner.competitors.pop("c-noop", None)
+        for key in noop_keys:
+            runner.unavailable[key] = noop_problem
+            runner.competitors.pop(key, None)
     meta = report.environment(loops)
     meta.update(profile=asdict(profile), scenarios=only, started=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
     runner.progress.say(f"profile {profile.name}: {', '.join(only)} on {', '.join(loops)}")

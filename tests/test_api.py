@@ -119,6 +119,41 @@ def test_exception_in_body_keeps_the_grant(lib, vrun):
     assert vrun(main()) == 4.0
 
 
+def test_subclasses_keep_their_overrides(lib, vrun):
+    entered: list[str] = []
+
+    class Counting(lib.Limiter):
+        async def __aenter__(self) -> None:
+            entered.append(type(self).__name__)
+            await super().__aenter__()
+
+    class Deeper(Counting):  # inherits the override, not the engine's method
+        pass
+
+    class Plain(lib.Limiter):
+        def try_acquire(self, amount: float = 1) -> bool:
+            return False
+
+    async def main() -> list[float]:
+        limiters = [Counting(5, 1), Deeper(5, 1), Plain(5, 1)]
+        for limiter in limiters:
+            async with limiter:
+                pass
+        return [limiter.tokens for limiter in limiters] + [limiters[2].try_acquire()]
+
+    assert vrun(main()) == [4.0, 4.0, 4.0, False]
+    assert entered == ["Counting", "Deeper"]
+
+
+def test_methods_still_check_their_instance(lib):
+    with pytest.raises((TypeError, AttributeError)):
+        lib.Limiter.__aenter__(object())  # type: ignore[arg-type]
+    with pytest.raises((TypeError, AttributeError)):
+        lib.AsyncLimiter.try_acquire(object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        type("Keyword", (lib.Limiter,), {}, extra=1)  # class keywords still reach object.__init_subclass__
+
+
 def test_limiter_reused_across_runs_and_clocks(lib, vrun, run):
     limiter = lib.Limiter(100, 1, burst=1)  # one token every 10 ms
 

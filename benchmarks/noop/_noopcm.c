@@ -1,15 +1,21 @@
-/* _noopcm: the floor for `async with`.
+/* _noopcm: the floors for `async with`.
  *
  * NoopContext is an async context manager whose __aenter__ and __aexit__ do
  * nothing and return one shared, already finished awaitable. Timing
  * `async with NoopContext(): pass` measures the cost of the protocol itself:
- * two method calls and two awaits of an object that completes at once. */
+ * two method calls and two awaits of an object that completes at once.
+ *
+ * BareBucket adds the least an exact limiter must do on top: read
+ * CLOCK_MONOTONIC, check and take one token of a GCRA bucket. It never waits
+ * (an empty bucket raises), so it only serves the uncontended measurement. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <time.h>
 
 typedef struct {
     PyTypeObject *done_type;
     PyTypeObject *context_type;
+    PyTypeObject *bucket_type;
     PyObject *done;  /* the one finished awaitable */
 } noop_state;
 
@@ -138,6 +144,75 @@ static PyType_Spec context_spec = {
     .slots = context_slots,
 };
 
+/* ---- BareBucket ---- */
+
+typedef struct {
+    ContextObject base;  /* the finished awaitable, and the no-op's own __aexit__ and lifetime */
+    double ns_per_token;
+    double full_at;      /* GCRA: the instant, in ns, the bucket is full again */
+} BucketObject;
+
+// BareBucket(rate): a bucket of one token refilled at rate per second, full at first.
+static PyObject *bucket_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    double rate;
+    static char *keywords[] = {"rate", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "d:BareBucket", keywords, &rate))
+        return NULL;
+    if (!(rate > 0 && rate < 1e300)) {
+        PyErr_Format(PyExc_ValueError, "rate must be a finite number > 0, not %R", PyTuple_GET_ITEM(args, 0));
+        return NULL;
+    }
+    PyObject *module = PyType_GetModule(type);
+    if (module == NULL)
+        return NULL;
+    BucketObject *self = (BucketObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->base.done = Py_NewRef(get_state(module)->done);
+    self->ns_per_token = 1e9 / rate;
+    self->full_at = 0.0;
+    return (PyObject *)self;
+}
+
+// __aenter__(): takes one token at CLOCK_MONOTONIC's now and returns the finished awaitable;
+// RuntimeError if the bucket is empty.
+static PyObject *bucket_aenter(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    BucketObject *self = (BucketObject *)op;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+    if (self->full_at > now) {
+        PyErr_SetString(PyExc_RuntimeError, "BareBucket is empty: it never waits");
+        return NULL;
+    }
+    self->full_at = now + self->ns_per_token;
+    return Py_NewRef(self->base.done);
+}
+
+static PyMethodDef bucket_methods[] = {
+    {"__aenter__", bucket_aenter, METH_NOARGS, NULL},
+    {"__aexit__", (PyCFunction)(void (*)(void))context_aexit, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot bucket_slots[] = {
+    {Py_tp_new, bucket_new},
+    {Py_tp_traverse, context_traverse},
+    {Py_tp_clear, context_clear},
+    {Py_tp_dealloc, context_dealloc},
+    {Py_tp_methods, bucket_methods},
+    {0, NULL},
+};
+
+static PyType_Spec bucket_spec = {
+    .name = "_noopcm.BareBucket",
+    .basicsize = sizeof(BucketObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = bucket_slots,
+};
+
 /* ---- module ---- */
 
 static int noop_exec(PyObject *module)
@@ -150,9 +225,12 @@ static int noop_exec(PyObject *module)
     if (st->done == NULL)
         return -1;
     st->context_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &context_spec, NULL);
-    if (st->context_type == NULL)
+    if (st->context_type == NULL || PyModule_AddType(module, st->context_type) < 0)
         return -1;
-    return PyModule_AddType(module, st->context_type);
+    st->bucket_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &bucket_spec, NULL);
+    if (st->bucket_type == NULL)
+        return -1;
+    return PyModule_AddType(module, st->bucket_type);
 }
 
 static int noop_traverse(PyObject *module, visitproc visit, void *arg)
@@ -160,6 +238,7 @@ static int noop_traverse(PyObject *module, visitproc visit, void *arg)
     noop_state *st = get_state(module);
     Py_VISIT(st->done_type);
     Py_VISIT(st->context_type);
+    Py_VISIT(st->bucket_type);
     Py_VISIT(st->done);
     return 0;
 }
@@ -168,6 +247,7 @@ static int noop_clear(PyObject *module)
 {
     noop_state *st = get_state(module);
     Py_CLEAR(st->done);
+    Py_CLEAR(st->bucket_type);
     Py_CLEAR(st->context_type);
     Py_CLEAR(st->done_type);
     return 0;
@@ -186,7 +266,7 @@ static PyModuleDef_Slot noop_slots[] = {
 static PyModuleDef noop_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_noopcm",
-    .m_doc = "An async context manager that does nothing: the floor for `async with`.",
+    .m_doc = "Floors for `async with`: a context manager that does nothing, and a bare token bucket.",
     .m_size = sizeof(noop_state),
     .m_slots = noop_slots,
     .m_traverse = noop_traverse,

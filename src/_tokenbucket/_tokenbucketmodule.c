@@ -1391,7 +1391,10 @@ static PyGetSetDef bucket_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static PyObject *bucket_init_subclass(PyObject *cls, PyObject *Py_UNUSED(ignored));
+
 static PyMethodDef bucket_methods[] = {
+    {"__init_subclass__", bucket_init_subclass, METH_CLASS | METH_NOARGS, "__init_subclass__($cls, /)\n--\n\nGives the new class its own descriptor of each method it inherits unchanged."},
     {"__aenter__", bucket_aenter, METH_NOARGS, "__aenter__($self, /)\n--\n\nTakes one token: returns a done awaitable, or the wait for it."},
     {"__aexit__", (PyCFunction)(void (*)(void))bucket_aexit, METH_FASTCALL, "__aexit__($self, /, *exc_info)\n--\n\nGives nothing back: tokens pace starts."},
     {"acquire", (PyCFunction)(void (*)(void))bucket_acquire, METH_FASTCALL | METH_KEYWORDS, "acquire($self, /, amount=1, timeout=None)\n--\n\nWaits for amount tokens, taken when awaited; TimeoutError at once if they cannot come within timeout."},
@@ -1410,6 +1413,30 @@ static PyMethodDef bucket_methods[] = {
     {"_reserve", (PyCFunction)(void (*)(void))bucket_reserve, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
+
+// __init_subclass__(): gives the new class its own descriptor of each Bucket method it inherits unchanged.
+// Calling a method descriptor, as `async with` does with __aenter__, first checks that self is an
+// instance of the descriptor's class: one compare when self's class is that very class, else a walk
+// up self's MRO, paid by every `async with` on a subclass such as Limiter. None, or NULL with an exception.
+static PyObject *bucket_init_subclass(PyObject *cls, PyObject *Py_UNUSED(ignored))
+{
+    for (PyMethodDef *def = bucket_methods; def->ml_name != NULL; def++) {
+        PyObject *inherited = PyObject_GetAttrString(cls, def->ml_name);
+        if (inherited == NULL)
+            return NULL;
+        bool unchanged = Py_IS_TYPE(inherited, &PyMethodDescr_Type) &&
+                         ((PyMethodDescrObject *)inherited)->d_method == def;
+        Py_DECREF(inherited);
+        if (!unchanged)  /* overridden on the way, or a class method */
+            continue;
+        PyObject *own = PyDescr_NewMethod((PyTypeObject *)cls, def);
+        int rc = own ? PyObject_SetAttrString(cls, def->ml_name, own) : -1;
+        Py_XDECREF(own);
+        if (rc < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
 
 static PyType_Slot bucket_slots[] = {
     {Py_tp_new, bucket_new},
