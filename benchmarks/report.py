@@ -218,7 +218,7 @@ def uncontended_table(results: dict[str, Any]) -> Table | None:
                     fmt(paired_ratio(ns, key, "c-noop"), 2) if "c-noop" in ns else "-",
                     fmt(paired_ratio(ns, "aiolimiter", key), 1) if "aiolimiter" in ns else "-"]
             spread.append(f"{loop}: {min(samples):,.0f}-{max(samples):,.0f}")
-        iterations = {data[loop]["iterations"].get(key) for loop in loops} - {None}
+        iterations = {n for loop in loops for n in data[loop]["iterations"].get(key, [])}
         row += [", ".join(f"{i:,}" for i in sorted(iterations)), "; ".join(spread)]
         table.add(*row)
     return table

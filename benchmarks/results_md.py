@@ -9,19 +9,21 @@ from typing import Any
 from report import Table, find, fmt, grouped, label
 
 METHOD = """\
-- **Processes.** The uncontended scenario runs in one fresh child process per loop, every competitor
-  interleaved round-robin (the first one rotates each repetition). Every other run (each repetition of
+- **Processes.** The uncontended scenario runs in fresh child processes, {processes} per loop, one after the
+  other, each with every competitor interleaved round-robin (the first one rotates each repetition). One
+  process's ratios can sit a few percent off another's for its whole life (its memory layout and hash seed,
+  a long spell of load); pooling the samples of several evens that out. Every other run (each repetition of
   each competitor, size and loop) is a fresh child process (`worker.py`) that prints JSON.
 - **Loops.** `asyncio`: the default loop of `asyncio.new_event_loop()`; `uvloop`: `uvloop.new_event_loop()`,
   both through `asyncio.Runner(loop_factory=...)`.
 - **Uncontended.** One coroutine runs `for _ in range(n): async with limiter: pass` with a limiter built for
   10^12 tokens per second (burst 10^12), so tokens never run out; n = {iterations:,} unless one measurement
   would take longer than {budget:.1f} s, in which case that competitor runs fewer iterations (the table says
-  how many). Figures are medians of {reps} repetitions. A ratio (× C floor, aiolimiter ÷) is the median of
-  the {reps} ratios of two competitors' times in the same repetition: aiotb, the C floor and the bare C bucket
-  run back to back, so a spell of load on the shared machine weighs on both sides of each ratio. The bare C
-  bucket (`noop/_noopcm.c`) is the C floor plus what any exact limiter must do: read `CLOCK_MONOTONIC` and
-  take a token from a GCRA bucket. Libraries without `async with` run
+  how many). Figures are medians of {reps} repetitions ({processes} × {reps_each}). A ratio (× C floor,
+  aiolimiter ÷) is the median of the {reps} ratios of two competitors' times in the same repetition: aiotb, the
+  C floor and the bare C bucket run back to back, so a spell of load on the shared machine weighs on both
+  sides of each ratio. The bare C bucket (`noop/_noopcm.c`) is the C floor plus what any exact limiter must
+  do: read `CLOCK_MONOTONIC` and take a token from a GCRA bucket. Libraries without `async with` run
   `await limiter.wait()` (asynciolimiter) or `await limiter.try_acquire_async(...)` (pyrate-limiter) instead.
 - **Releasing waiters.** N tasks are created and each parks on one `asyncio.Event`; the event is set and
   every task then takes its tokens (`async with limiter:` where supported) and records the time it resumed.
@@ -130,7 +132,9 @@ def render(results: dict[str, Any], tables: list[Table], pictures: list[Path], o
         "## Method",
         "",
         METHOD.format(iterations=profile["uncontended_iterations"], budget=profile["uncontended_budget_s"],
-                      reps=profile["uncontended_repetitions"], every=profile["mixed"]["every"],
+                      processes=profile["uncontended_processes"],
+                      reps=profile["uncontended_processes"] * profile["uncontended_repetitions"],
+                      reps_each=profile["uncontended_repetitions"], every=profile["mixed"]["every"],
                       big=profile["mixed"]["big"], share=profile["churn"]["share"]),
     ]
     if results["skipped"] or results["errors"]:

@@ -36,7 +36,8 @@ SLOW_PREVIOUS_S = 60.0  # a competitor whose run at one size took longer skips t
 class Profile:
     name: str
     uncontended_iterations: int
-    uncontended_repetitions: int
+    uncontended_processes: int  # per loop, their samples pooled
+    uncontended_repetitions: int  # per process
     uncontended_budget_s: float  # at most this long per measurement; slower competitors run fewer iterations
     contended_sizes: list[int]
     contended_paced_s: float  # R = N / (paced + 1): burst R goes at once, the rest takes `paced` seconds
@@ -51,7 +52,8 @@ class Profile:
 FULL = Profile(
     name="full",
     uncontended_iterations=1_000_000,
-    uncontended_repetitions=21,
+    uncontended_processes=3,
+    uncontended_repetitions=7,
     uncontended_budget_s=0.6,
     contended_sizes=[1_000, 10_000, 100_000, 1_000_000],
     contended_paced_s=3.0,
@@ -65,6 +67,7 @@ FULL = Profile(
 QUICK = Profile(
     name="quick",
     uncontended_iterations=200_000,
+    uncontended_processes=1,
     uncontended_repetitions=3,
     uncontended_budget_s=0.3,
     contended_sizes=[1_000, 10_000],
@@ -158,23 +161,32 @@ class Runner:
 
     # ---- scenario 1 ----
     def uncontended(self) -> None:
-        # measured in this order, rotated each repetition: aiotb and the floors its target ratio is
-        # taken against run back to back, in the same spell of the machine's load
+        # aiotb and the floors its target ratio is taken against always run back to back, in the same
+        # spell of the machine's load
         paired = [k for k in ("aiotb", "c-noop", "c-bucket") if k in self.runnable("uncontended")]
         keys = paired + [k for k in self.runnable("uncontended") if k not in paired]
         p = self.profile
+        spec = {"scenario": "uncontended", "competitors": keys, "iterations": p.uncontended_iterations,
+                "repetitions": p.uncontended_repetitions, "budget_s": p.uncontended_budget_s,
+                "together": max(1, len(paired))}
         for loop in self.loops:
-            self.progress.say(f"uncontended on {loop}: {len(keys)} competitors, {p.uncontended_repetitions} "
-                              f"repetitions of {p.uncontended_iterations:,} iterations, interleaved")
-            spec = {"scenario": "uncontended", "loop": loop, "competitors": keys,
-                    "iterations": p.uncontended_iterations, "repetitions": p.uncontended_repetitions,
-                    "budget_s": p.uncontended_budget_s}
-            result = run_child(spec, timeout=600, show_stderr=True)
-            if "error" in result:
-                self.results["errors"].append({"scenario": "uncontended", "loop": loop, "error": result["error"]})
-                self.progress.say(f"uncontended on {loop} failed: {result['error']}")
-                continue
-            self.results["uncontended"][loop] = result
+            self.progress.say(f"uncontended on {loop}: {len(keys)} competitors, {p.uncontended_processes} processes "
+                              f"of {p.uncontended_repetitions} repetitions of {p.uncontended_iterations:,} "
+                              f"iterations, interleaved")
+            # one process's ratios can sit a few percent off another's for its whole life (memory layout,
+            # hash seed, a long spell of load): the samples of several are pooled
+            merged: dict[str, Any] = {"iterations": {}, "ns": {}}
+            for _ in range(p.uncontended_processes):
+                result = run_child(dict(spec, loop=loop), timeout=600, show_stderr=True)
+                if "error" in result:
+                    self.results["errors"].append({"scenario": "uncontended", "loop": loop, "error": result["error"]})
+                    self.progress.say(f"uncontended on {loop} failed: {result['error']}")
+                    break
+                for key in keys:
+                    merged["iterations"].setdefault(key, []).append(result["iterations"][key])
+                    merged["ns"].setdefault(key, []).extend(result["ns"][key])
+            else:
+                self.results["uncontended"][loop] = merged
 
     # ---- scenario 2 ----
     def contended(self) -> None:

@@ -64,12 +64,13 @@ async def _time_one(competitor: Competitor, limiter: Any, iterations: int) -> in
 
 
 async def uncontended(competitors: list[Competitor], iterations: int, repetitions: int,
-                      budget_s: float, loop_name: str) -> dict[str, Any]:
+                      budget_s: float, loop_name: str, together: int) -> dict[str, Any]:
     """ns per iteration for each competitor, measured round-robin.
 
     A competitor whose calibration shows that `iterations` would take longer
     than budget_s runs fewer iterations (reported); each limiter is built once
-    with a rate so high that its tokens never run out."""
+    with a rate so high that its tokens never run out. The first `together`
+    competitors always run back to back: the rotation moves them as one."""
     rate = 1e12
     limiters = {c.key: c.make(rate, None) for c in competitors}
     counts: dict[str, int] = {}
@@ -80,8 +81,11 @@ async def uncontended(competitors: list[Competitor], iterations: int, repetition
         counts[competitor.key] = iterations if fits >= iterations else max(10_000, fits // 10_000 * 10_000)
     samples: dict[str, list[float]] = {c.key: [] for c in competitors}
     for repetition in range(repetitions):
-        shift = repetition % len(competitors)  # rotate who goes first
-        for competitor in competitors[shift:] + competitors[:shift]:
+        block = competitors[:together]
+        block = block[repetition % together:] + block[:repetition % together]
+        units = [block] + [[c] for c in competitors[together:]]
+        shift = repetition % len(units)  # rotate who goes first
+        for competitor in [c for unit in units[shift:] + units[:shift] for c in unit]:
             gc.collect()
             await asyncio.sleep(0)
             n = counts[competitor.key]

@@ -36,7 +36,7 @@ async def measure(spec: dict[str, Any]) -> None:
     if scenario == "uncontended":
         competitors = [registry.load(key) for key in spec["competitors"]]
         result = await scenarios.uncontended(competitors, spec["iterations"], spec["repetitions"],
-                                             spec["budget_s"], spec["loop"])
+                                             spec["budget_s"], spec["loop"], spec["together"])
     elif scenario == "wakeups":
         result = await scenarios.wakeups(**spec["params"])
     else:
