@@ -176,7 +176,8 @@ class Runner:
             # one process's ratios can sit a few percent off another's for its whole life (memory layout,
             # hash seed, a long spell of load): the samples of several are pooled
             merged: dict[str, Any] = {"iterations": {}, "ns": {}}
-            for _ in range(p.uncontended_processes):
+            for process in range(p.uncontended_processes):
+                self.progress.say(f"uncontended on {loop}: process {process + 1}/{p.uncontended_processes}")
                 result = run_child(dict(spec, loop=loop), timeout=600, show_stderr=True)
                 if "error" in result:
                     self.results["errors"].append({"scenario": "uncontended", "loop": loop, "error": result["error"]})
