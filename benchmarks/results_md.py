@@ -21,8 +21,8 @@ METHOD = """\
   would take longer than {budget:.1f} s, in which case that competitor runs fewer iterations (the table says
   how many). Figures are medians of {reps} repetitions ({processes} × {reps_each}). A ratio (× C floor,
   aiolimiter ÷) is the median of the {reps} ratios of two competitors' times in the same repetition: aiotb, the
-  C floor and the bare C bucket run back to back, so a spell of load on the shared machine weighs on both
-  sides of each ratio. The bare C bucket (`noop/_noopcm.c`) is the C floor plus what any exact limiter must
+  C floor, the bare C bucket and aiolimiter run back to back, so a spell of load on the shared machine weighs
+  on both sides of the ratios the targets name. The bare C bucket (`noop/_noopcm.c`) is the C floor plus what any exact limiter must
   do: read `CLOCK_MONOTONIC` and take a token from a GCRA bucket. Libraries without `async with` run
   `await limiter.wait()` (asynciolimiter) or `await limiter.try_acquire_async(...)` (pyrate-limiter) instead.
 - **Releasing waiters.** N tasks are created and each parks on one `asyncio.Event`; the event is set and

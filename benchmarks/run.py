@@ -161,9 +161,9 @@ class Runner:
 
     # ---- scenario 1 ----
     def uncontended(self) -> None:
-        # aiotb and the floors its target ratio is taken against always run back to back, in the same
-        # spell of the machine's load
-        paired = [k for k in ("aiotb", "c-noop", "c-bucket") if k in self.runnable("uncontended")]
+        # aiotb and what its targets compare it with always run back to back, in the same spell of the
+        # machine's load
+        paired = [k for k in ("aiotb", "c-noop", "c-bucket", "aiolimiter") if k in self.runnable("uncontended")]
         keys = paired + [k for k in self.runnable("uncontended") if k not in paired]
         p = self.profile
         spec = {"scenario": "uncontended", "competitors": keys, "iterations": p.uncontended_iterations,
