@@ -137,3 +137,4 @@ NO_LIMITER = Competitor(
 )
 
 COMPETITORS = [EMPTY_LOOP, PYTHON_NOOP, C_NOOP, BARE_BUCKET, NO_LIMITER]
+NOOP_KEYS = (C_NOOP.key, BARE_BUCKET.key)  # the ones that need noop/_noopcm.c built

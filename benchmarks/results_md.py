@@ -22,9 +22,10 @@ METHOD = """\
   how many). Figures are medians of {reps} repetitions ({processes} × {reps_each}). A ratio (× C floor,
   aiolimiter ÷) is the median of the {reps} ratios of two competitors' times in the same repetition: aiotb, the
   C floor, the bare C bucket and aiolimiter run back to back, so a spell of load on the shared machine weighs
-  on both sides of the ratios the targets name. The bare C bucket (`noop/_noopcm.c`) is the C floor plus what any exact limiter must
-  do: read `CLOCK_MONOTONIC` and take a token from a GCRA bucket. Libraries without `async with` run
-  `await limiter.wait()` (asynciolimiter) or `await limiter.try_acquire_async(...)` (pyrate-limiter) instead.
+  on both sides of the ratios the targets name. The bare C bucket (`noop/_noopcm.c`) is the C floor plus what
+  any exact limiter must do: read `CLOCK_MONOTONIC` and take a token from a GCRA bucket. Libraries without
+  `async with` run `await limiter.wait()` (asynciolimiter) or `await limiter.try_acquire_async(...)`
+  (pyrate-limiter) instead.
 - **Releasing waiters.** N tasks are created and each parks on one `asyncio.Event`; the event is set and
   every task then takes its tokens (`async with limiter:` where supported) and records the time it resumed.
   CPU is `time.process_time()` and wall is `time.monotonic()`, both from just before the release to the last

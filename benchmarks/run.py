@@ -23,7 +23,7 @@ CACHE = HERE / ".cache"
 sys.path.insert(0, str(HERE))
 
 import registry
-from bench_reference import NOOP_DIR_ENV
+from bench_reference import NOOP_DIR_ENV, NOOP_KEYS
 
 LOOPS = ["asyncio", "uvloop"]
 SCENARIOS = ["uncontended", "contended", "smooth", "mixed", "churn", "classic"]
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(profile, loops, keys)
     for key, why in runner.unavailable.items():
         runner.progress.say(f"not available: {key}: {why}")
-    noop_keys = [key for key in ("c-noop", "c-bucket") if key in keys]
+    noop_keys = [key for key in NOOP_KEYS if key in keys]
     noop_problem = build_noop(runner.progress) if noop_keys else None
     if noop_problem:
         runner.progress.say(noop_problem)

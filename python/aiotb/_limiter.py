@@ -182,7 +182,7 @@ def build(core: ModuleType) -> tuple[type, type]:
             started = loop.time()
             try:
                 first = self._dispatch()
-                if first is not None and first is not granted and granted.done():
+                if granted.done() and first is not granted:
                     # granted in this same pass behind others (the loop ran late): their tasks, woken
                     # first, resume first, as their grants came first
                     await asyncio.sleep(0)
