@@ -1,18 +1,21 @@
 """One suite, two engines: every test that takes ``lib`` runs on the C core (id ``c``)
-and on its pure-Python twin (id ``py``). The C import is eager, so a broken build
-is an error, never a skip; ``--no-c-extensions`` deselects the C runs explicitly."""
+and on its pure-Python twin (id ``py``). The twin's classes come from a second copy of
+the installed package, loaded as ``aiotb_twin`` the way ``AIOTB_NO_EXTENSIONS=1`` would
+load it: the same modules, on the other engine. The C import is eager, so a broken
+build is an error, never a skip; ``--no-c-extensions`` deselects the C runs explicitly."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
-from types import SimpleNamespace
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
 from typing import Any, Awaitable, Callable, Iterator, TypeVar
 
+import aiotb
 import pytest
-from aiotb import _core_py
-from aiotb._keyed import KeyedLimiter
-from aiotb._limiter import build, window_class
 from virtual_loop import VirtualClockLoop
 
 T = TypeVar("T")
@@ -36,11 +39,41 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("lib", _engines(metafunc.config), indirect=True)
 
 
-def _namespace(core: Any) -> SimpleNamespace:
-    limiter, async_limiter = build(core)
-    keyed = type("KeyedLimiter", (KeyedLimiter,), {"_limiter_class": limiter})
-    return SimpleNamespace(core=core, Limiter=limiter, AsyncLimiter=async_limiter, KeyedLimiter=keyed,
-                           WindowLimiter=window_class(limiter), name=core.IMPLEMENTATION)
+def twin_package() -> ModuleType:
+    """aiotb on the pure-Python engine: the installed package loaded again as ``aiotb_twin`` with
+    AIOTB_NO_EXTENSIONS=1 (or aiotb itself, when that is how this run was started)."""
+    if aiotb.IMPLEMENTATION == "python":
+        return aiotb
+    if "aiotb_twin" not in sys.modules:
+        folder = Path(aiotb.__file__).parent
+        spec = importlib.util.spec_from_file_location("aiotb_twin", folder / "__init__.py",
+                                                      submodule_search_locations=[str(folder)])
+        assert spec is not None and spec.loader is not None
+        package = importlib.util.module_from_spec(spec)
+        sys.modules["aiotb_twin"] = package
+        saved = os.environ.get("AIOTB_NO_EXTENSIONS")
+        os.environ["AIOTB_NO_EXTENSIONS"] = "1"
+        try:
+            spec.loader.exec_module(package)
+        finally:
+            if saved is None:
+                del os.environ["AIOTB_NO_EXTENSIONS"]
+            else:
+                os.environ["AIOTB_NO_EXTENSIONS"] = saved
+        assert package.IMPLEMENTATION == "python"
+    return sys.modules["aiotb_twin"]
+
+
+def _namespace(engine: str) -> SimpleNamespace:
+    """The public classes on one engine: "c" or "py"."""
+    if engine == "c":
+        assert aiotb.IMPLEMENTATION == "c", "the C engine is not the active one"
+        package = aiotb
+    else:
+        package = twin_package()
+    return SimpleNamespace(package=package, Limiter=package.Limiter, AsyncLimiter=package.AsyncLimiter,
+                           KeyedLimiter=package.KeyedLimiter, WindowLimiter=package.WindowLimiter,
+                           name=package.IMPLEMENTATION)
 
 
 _LIBS: dict[str, SimpleNamespace] = {}
@@ -50,7 +83,7 @@ _LIBS: dict[str, SimpleNamespace] = {}
 def lib(request: pytest.FixtureRequest) -> SimpleNamespace:
     """The public classes on one engine."""
     if request.param not in _LIBS:
-        _LIBS[request.param] = _namespace(_tokenbucket if request.param == "c" else _core_py)
+        _LIBS[request.param] = _namespace(request.param)
     return _LIBS[request.param]
 
 

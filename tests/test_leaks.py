@@ -38,16 +38,12 @@ SCRIPT = r'''
 import asyncio, gc, json, os, sys, weakref
 sys.path.insert(0, TESTS)
 from virtual_loop import VirtualClockLoop
-from aiotb import _core_py
-from aiotb._limiter import build
+from conftest import _namespace
 
 engine, scenario, cycles = sys.argv[1], sys.argv[2], int(sys.argv[3])
-if engine == "c":
-    from aiotb import _tokenbucket as core
-else:
-    core = _core_py
-Limiter, AsyncLimiter = build(core)
-READY = core.READY
+lib = _namespace(engine)
+Limiter, AsyncLimiter = lib.Limiter, lib.AsyncLimiter
+READY = lib.package._core.READY
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 

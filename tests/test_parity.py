@@ -12,7 +12,6 @@ import math
 from typing import Any
 
 import pytest
-from aiotb import _core_py
 from conftest import WANT_C, _namespace
 from hypothesis import given
 from hypothesis import strategies as st
@@ -100,10 +99,8 @@ def replay(lib: Any, config: tuple, operations: list) -> list[Any]:
 @hypothesis_settings(fast=300, long=20_000)
 @given(config=CONFIGS, operations=OPERATIONS)
 def test_engines_agree(config, operations):
-    from aiotb import _tokenbucket
-
-    c_log = replay(_namespace(_tokenbucket), config, operations)
-    py_log = replay(_namespace(_core_py), config, operations)
+    c_log = replay(_namespace("c"), config, operations)
+    py_log = replay(_namespace("py"), config, operations)
     assert c_log == py_log
 
 
@@ -197,7 +194,7 @@ class World:
 
     def advance_to_head(self) -> Any:
         async def to_head() -> None:
-            at = self.limiter._head_ready_at()
+            at = self.limiter._next_due()
             if at is not None:
                 due = self.loop.create_future()
                 self.loop.call_at(at, due.set_result, None)
@@ -243,7 +240,7 @@ class World:
     def state(self) -> Any:
         async def read() -> Any:
             limiter = self.limiter
-            return (self.loop.time(), limiter.tokens, limiter.waiting, limiter._head_ready_at(),
+            return (self.loop.time(), limiter.tokens, limiter.waiting, limiter._next_due(),
                     limiter.has_capacity(), list(self.log), limiter.stats())
 
         return self.run(read())
@@ -274,9 +271,7 @@ class EnginesInLockstep(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        from aiotb import _tokenbucket
-
-        self.worlds = (World(_namespace(_tokenbucket)), World(_namespace(_core_py)))
+        self.worlds = (World(_namespace("c")), World(_namespace("py")))
         self.alive = False
 
     def both(self, operation: str, *args: Any) -> Any:

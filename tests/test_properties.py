@@ -104,7 +104,7 @@ class Schedule:
                 request.task.cancel()
         await self.settle()
         self.observe()
-        assert self.limiter.waiting == 0 and self.limiter._ready_head() is None
+        assert self.limiter.waiting == 0 and self.limiter._next_due() is None
         self.check_history()
 
     # ---- events ----
@@ -165,7 +165,7 @@ class Schedule:
 
     async def on_ready(self) -> None:
         """Runs the clock to the instant the head's tokens are due: it must be granted then."""
-        at = self.limiter._head_ready_at()
+        at = self.limiter._next_due()
         if at is None:
             return
         queued = [request for request in self.requests if request.state == "queued"]
@@ -232,7 +232,8 @@ class Schedule:
 
     def observe(self) -> None:
         limiter = self.limiter
-        assert limiter._ready_head() is None, "a waiter is ready but not granted"
+        due = limiter._next_due()
+        assert due is None or due > self.loop.time(), "a waiter is ready but not granted"
         tokens, now = limiter.tokens, self.now()
         granted = sum(amount for _, amount, _ in self.grants)
         tolerance = self.tolerance(granted)

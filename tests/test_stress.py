@@ -38,14 +38,10 @@ SCRIPT = r'''
 import asyncio, ctypes, gc, json, os, random, sys, time
 sys.path.insert(0, TESTS)
 from virtual_loop import VirtualClockLoop
-from aiotb import _core_py
-from aiotb._limiter import build
+from conftest import _namespace
 
 engine, waiters, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-core = _core_py
-if engine == "c":
-    from aiotb import _tokenbucket as core
-Limiter, _ = build(core)
+Limiter = _namespace(engine).Limiter
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 

@@ -1,24 +1,26 @@
-"""Chooses the engine: the C core, unless AIOTB_NO_EXTENSIONS is set, this is not
-CPython, or the package was installed without building it."""
+"""Chooses the engine: the C core, unless AIOTB_NO_EXTENSIONS is set, this is not CPython, or the
+package was installed without building it. A C build that fails to import is an error, never a
+silent fall back."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import platform
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 
-def _choose() -> ModuleType:
+def _wants_twin() -> bool:
     if os.environ.get("AIOTB_NO_EXTENSIONS", "") not in ("", "0") or platform.python_implementation() != "CPython":
-        from . import _core_py
-        return _core_py
-    if importlib.util.find_spec("aiotb._tokenbucket") is None:  # installed with AIOTB_NO_EXTENSIONS=1
-        from . import _core_py
-        return _core_py
-    from . import _tokenbucket  # built but broken: fail loudly, never fall back
-
-    return _tokenbucket
+        return True
+    return importlib.util.find_spec("aiotb._tokenbucket") is None  # installed without the C engine
 
 
-core = _choose()
+if TYPE_CHECKING:
+    from ._tokenbucket import IMPLEMENTATION, MAX_SPAN, READY, Bucket
+elif _wants_twin():
+    from ._bucket_py import IMPLEMENTATION, MAX_SPAN, READY, Bucket
+else:
+    from ._tokenbucket import IMPLEMENTATION, MAX_SPAN, READY, Bucket
+
+__all__ = ["IMPLEMENTATION", "MAX_SPAN", "READY", "Bucket"]

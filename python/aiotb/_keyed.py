@@ -2,34 +2,40 @@
 
 from __future__ import annotations
 
-import sys
+import functools
+import weakref
 from collections import OrderedDict
 from typing import Any, Coroutine, Hashable
 
-SWEEP_PER_ACCESS = 2  # buckets looked at for eviction on each access: eviction keeps pace with creation
+from ._limiter import Limiter
+
+SWEEP_PER_ACCESS = 2  # limiters looked at on each access: eviction keeps pace with creation
 
 
 class KeyedLimiter:
     """``async with keyed[user_id]: ...`` or ``await keyed.acquire(user_id, amount)``.
 
     Every key gets its own ``Limiter(max_rate, time_period, **options)``, made on first use.
-    A key's limiter is dropped once it is full, nobody waits on it and nothing else holds it:
-    it is then the same as a new one, so dropping it changes nothing and memory follows the
-    keys in use, not every key ever seen."""
+    A key's limiter that is as good as new (full, nobody waiting) is held only weakly from then
+    on: while someone still holds it, the same limiter serves the key; once nobody does, it is
+    gone, and a new one (the same as it) is made on the next use. Memory follows the keys in use,
+    not every key ever seen."""
 
-    _limiter_class: Any = None  # set by the package to its Limiter
+    limiter_class: type[Limiter] = Limiter
 
     def __init__(self, max_rate: float, time_period: float = 60, **options: Any) -> None:
-        self._prototype = self._limiter_class(max_rate, time_period, **options)  # checks the options once
+        self._prototype = self.limiter_class(max_rate, time_period, **options)  # checks the options once
         self._args = (max_rate, time_period)
         self._options = options
-        self._limiters: OrderedDict[Hashable, Any] = OrderedDict()
+        self._limiters: OrderedDict[Hashable, Limiter | weakref.ref[Limiter]] = OrderedDict()
 
-    def __getitem__(self, key: Hashable) -> Any:
+    def __getitem__(self, key: Hashable) -> Limiter:
         limiters = self._limiters
-        limiter = limiters.get(key)
+        held = limiters.get(key)
+        limiter = held() if isinstance(held, weakref.ref) else held
         if limiter is None:
-            limiter = limiters[key] = self._limiter_class(*self._args, **self._options)
+            limiter = self.limiter_class(*self._args, **self._options)
+        limiters[key] = limiter  # held strongly again while in use
         self._sweep(key)
         return limiter
 
@@ -45,18 +51,24 @@ class KeyedLimiter:
         return len(self._limiters)
 
     def _sweep(self, used: Hashable) -> None:
-        """Looks at the least recently seen limiters and drops those that are as good as new."""
+        """Looks at the least recently used keys: one whose limiter is as good as new is held weakly,
+        and its entry goes with the limiter."""
         limiters = self._limiters
         for _ in range(min(SWEEP_PER_ACCESS, len(limiters) - 1)):
-            key, limiter = next(iter(limiters.items()))
+            key, held = next(iter(limiters.items()))
             if key == used:
                 break
-            # the map, this frame's `limiter`, and getrefcount's argument: no one else holds it
-            if limiter.waiting == 0 and sys.getrefcount(limiter) <= 3 and limiter.tokens >= limiter.burst:
-                del limiters[key]
-            else:
-                limiters.move_to_end(key)
+            if not isinstance(held, weakref.ref) and held._as_good_as_new():
+                limiters[key] = weakref.ref(held, functools.partial(_forget, limiters, key))
+            limiters.move_to_end(key)
         limiters.move_to_end(used)
 
     def __repr__(self) -> str:
-        return f"<KeyedLimiter {self._prototype!r} keys={len(self._limiters)}>"
+        return f"<KeyedLimiter {self._prototype!r} keys={len(self)}>"
+
+
+def _forget(limiters: OrderedDict[Hashable, Limiter | weakref.ref[Limiter]], key: Hashable,
+            ref: weakref.ref[Limiter]) -> None:
+    """A weakly held limiter is gone: its key's entry goes too (unless the key got a new one)."""
+    if limiters.get(key) is ref:
+        del limiters[key]

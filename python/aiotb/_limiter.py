@@ -1,25 +1,26 @@
-"""The asyncio side of a limiter: futures, the one timer, cancellation, the owning loop.
+"""The public limiters: ``Limiter``, ``AsyncLimiter`` and ``WindowLimiter``, ordinary classes on the engine.
 
-Token arithmetic and wake order live in the core (C, or its Python twin); this
-module only reacts to what the core decides. ``build(core)`` makes the public
-classes on top of either core, so one test suite can run against both."""
+``Bucket`` (the C core, or its pure-Python twin) holds the limits and the queue and serves the
+uncontended path by itself; a request that must wait comes back here through ``_wait`` and goes
+to the dispatcher of the running loop. Cold parameters are checked here, once (``_params``)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import inspect
-import math
-import numbers
 import time
 import warnings
-from types import ModuleType
-from typing import Any, Awaitable, Callable, Generator, NamedTuple, Sequence, TypeVar
+from typing import (Any, Awaitable, Callable, ClassVar, Coroutine, Generator, NamedTuple, ParamSpec, Protocol, Sequence,
+                    TypeVar)
 
+from . import _params
+from ._core import Bucket
+from ._dispatch import Dispatcher
+
+P = ParamSpec("P")
 R = TypeVar("R")
 
-CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution  # asyncio's _clock_resolution
-REARM_AFTER_EARLY_WAKE = 0.001  # s: uvloop rounds timer delays to whole ms, so a shorter one can fire at once
 REUSED_ACROSS_LOOPS = (
     "This AsyncLimiter instance is being re-used across loops. Please create "
     "a new limiter per event loop as re-use can lead to undefined behaviour."
@@ -31,33 +32,39 @@ class LimiterStats(NamedTuple):
 
     granted: int            # grants kept: a grant given back by a task cancelled before it resumed is not one
     granted_tokens: float
-    waits: int              # grants that had to wait in the queue
-    wait_time_total: float  # seconds those waited, on the loop's clock
+    waits: int              # grants that had to wait in the queue first
+    wait_time_total: float  # seconds those waited, from queueing to grant, on the loop's clock
     wait_time_max: float
-    cancelled: int          # waits cancelled, before or after their grant
+    cancelled: int          # waits cancelled, before or after their grant, or failed by a change of the limits
     timeouts: int           # acquires refused at once by their timeout
     waiting: int            # tasks queued now
+
+
+class LimitDecorator(Protocol):
+    """What ``limiter.limit(amount)`` returns: a decorator of async functions that keeps their signature."""
+
+    def __call__(self, func: Callable[P, Awaitable[R]], /) -> Callable[P, Coroutine[Any, Any, R]]: ...
 
 
 class Reservation:
     """A place in a limiter's queue, taken by ``limiter.reserve(amount)``."""
 
-    __slots__ = ("_limiter", "_ident", "_amount", "_granted", "_loop", "_used", "ready_at")
+    __slots__ = ("_limiter", "_ident", "_amount", "_granted", "_dispatcher", "_used", "ready_at")
 
-    def __init__(self, limiter: Any, ident: int, amount: float, granted: asyncio.Future[None],
-                 ready_at: float, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, limiter: Limiter, ident: int, amount: float, granted: asyncio.Future[None],
+                 ready_at: float, dispatcher: Dispatcher) -> None:
         self._limiter = limiter
         self._ident = ident
         self._amount = amount
         self._granted = granted
-        self._loop = loop
+        self._dispatcher = dispatcher
         self._used = False
         self.ready_at = ready_at  #: loop time of the grant, as projected when reserved
 
     @property
     def delay(self) -> float:
         """Seconds from now until the projected grant (0 once it is due)."""
-        return max(0.0, self.ready_at - self._loop.time())
+        return max(0.0, self.ready_at - self._dispatcher.loop.time())
 
     def done(self) -> bool:
         """Whether it has been granted (or failed, or cancelled)."""
@@ -75,8 +82,8 @@ class Reservation:
         else:
             self._limiter._withdraw(self._ident)
             granted.cancel()
-        if not self._loop.is_closed():
-            self._limiter._dispatch()
+        if not self._dispatcher.loop.is_closed():
+            self._dispatcher.dispatch()
         return True
 
     def __await__(self) -> Generator[Any, None, None]:
@@ -97,230 +104,226 @@ class Reservation:
         return f"<Reservation of {self._amount!r} at {self.ready_at!r}: {state}>"
 
 
-def window_class(limiter: type) -> type:
-    """``WindowLimiter`` on top of a ``Limiter`` class from ``build``."""
+class Limiter(Bucket):
+    """Token-bucket rate limiter for asyncio: ``async with Limiter(100, 1): ...``.
 
-    class WindowLimiter(limiter):  # type: ignore[valid-type,misc]
-        """At most ``max_rate`` tokens in any window of ``time_period`` seconds, bursts included."""
+    ``max_rate`` tokens per ``time_period`` seconds (default 60), refilled continuously; at most
+    ``burst`` (default: max_rate, at least 1) at once; starts with ``initial`` (default: burst).
+    ``rates=[(max_rate, time_period[, burst[, initial]]), ...]`` sets several rates that every grant
+    must satisfy at once. Fair (default): strict first-come-first-served. ``fair=False``: a newcomer
+    takes free tokens ahead of waiters, unless a waiter with a timeout is queued."""
 
-        __slots__ = ()
+    __slots__ = ("_rates", "_window", "_fair", "_dispatcher", "__weakref__")
+    _warn_on_reuse: ClassVar[bool] = False
+    _capacity_is_max_rate: ClassVar[bool] = False  # set_rate's default burst: max_rate itself (aiolimiter)
 
-        def __new__(cls, max_rate: float, time_period: float | None = None, *, fair: bool = True) -> Any:
-            return cls._create(max_rate, time_period, None, None, fair, False, None, True)
+    def __init__(self, max_rate: float | None = None, time_period: float | None = None, *,
+                 burst: float | None = None, initial: float | None = None, fair: bool = True,
+                 rates: Sequence[tuple[float, ...]] | None = None) -> None:
+        self._setup(_params.limiter_rates(max_rate, time_period, burst, initial, rates), None,
+                    _params.flag("fair", fair), smallest_first=False)
 
-    return WindowLimiter
+    def _setup(self, rates: list[_params.Rate], window_ns: int | None, fair: bool, smallest_first: bool) -> None:
+        """Configures the engine from checked rates (or a window of window_ns over rates[0])."""
+        window = None if window_ns is None else (window_ns, rates[0].max_rate)
+        self._configure(tuple(r.engine() for r in rates), window, fair, smallest_first)
+        self._rates = rates
+        self._window = window_ns is not None
+        self._fair = fair
+        self._dispatcher: Dispatcher | None = None
 
+    @property
+    def rates(self) -> tuple[tuple[float, float, float], ...]:
+        """Every rate as (max_rate, time_period, burst)."""
+        return tuple((r.max_rate, r.time_period, r.burst) for r in self._rates)
 
-def build(core: ModuleType) -> tuple[type, type]:
-    """The ``Limiter`` and ``AsyncLimiter`` classes on top of ``core.Bucket``."""
+    @property
+    def max_rate(self) -> float:
+        """Tokens per time_period (of the first rate)."""
+        return self._rates[0].max_rate
 
-    class Limiter(core.Bucket):  # type: ignore[name-defined,misc]
-        """Token-bucket rate limiter for asyncio: ``async with Limiter(100, 1): ...``."""
+    @property
+    def time_period(self) -> float:
+        """The period of max_rate, in seconds."""
+        return self._rates[0].time_period
 
-        __slots__ = ("_loop", "_timer", "_timer_at", "_waits", "_wait_total", "_wait_max", "_cancelled",
-                     "_timeouts", "__weakref__")
-        _warn_on_reuse = False
+    @property
+    def burst(self) -> float:
+        """Capacity: the most tokens one grant may take (the smallest burst of all rates)."""
+        return min(r.burst for r in self._rates)
 
-        def __new__(cls, max_rate: float | None = None, time_period: float | None = None, *,
-                    burst: float | None = None, initial: float | None = None, fair: bool = True,
-                    rates: Sequence[tuple[float, ...]] | None = None) -> Limiter:
-            return cls._create(max_rate, time_period, burst, initial, fair, False, rates)
+    @property
+    def rate(self) -> float:
+        """Refill rate in tokens per second (of the first rate)."""
+        return self._rates[0].max_rate / self._rates[0].time_period
 
-        @classmethod
-        def _create(cls, *args: Any) -> Any:
-            self = super().__new__(cls, *args)
-            self._loop = None
-            self._timer = None
-            self._timer_at = None
-            self._waits = self._cancelled = self._timeouts = 0
-            self._wait_total = self._wait_max = 0.0
-            return self
+    @property
+    def fair(self) -> bool:
+        """Whether newcomers queue behind waiters."""
+        return self._fair
 
-        def stats(self) -> LimiterStats:
-            """Counts of grants, waits, cancellations and timeouts since the limiter was made."""
-            granted, tokens = self._granted()
-            return LimiterStats(granted, tokens, self._waits, self._wait_total, self._wait_max,
-                                self._cancelled, self._timeouts, self.waiting)
+    def stats(self) -> LimiterStats:
+        """Counts of grants, waits, cancellations and timeouts since the limiter was made."""
+        return LimiterStats(*self._stats(), self.waiting)
 
-        def __call__(self, func: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-            """``@limiter``: every call of the decorated async function first takes one token."""
-            return self.limit()(func)
+    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+        """``@limiter``: every call of the decorated async function first takes one token."""
+        return self.limit()(func)
 
-        def limit(self, amount: float | Callable[..., float] = 1) -> Callable[[Callable[..., Awaitable[R]]],
-                                                                             Callable[..., Awaitable[R]]]:
-            """A decorator: every call takes ``amount`` tokens first, or ``amount(*args, **kwargs)``
-            when amount is callable (say, the tokens of an LLM prompt)."""
-            if not callable(amount):
-                self.acquire(amount).close()  # checks the amount now; takes nothing
+    def limit(self, amount: float | Callable[..., float] = 1) -> LimitDecorator:
+        """A decorator: every call takes ``amount`` tokens first, or ``amount(*args, **kwargs)``
+        when amount is callable (say, the tokens of an LLM prompt)."""
+        if not callable(amount):
+            self.acquire(amount).close()  # checks the amount now; takes nothing
 
-            def decorate(func: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-                if not inspect.iscoroutinefunction(func):
-                    raise TypeError(f"a limiter decorates async functions, got {func!r}")
+        def decorate(func: Callable[P, Awaitable[R]], /) -> Callable[P, Coroutine[Any, Any, R]]:
+            if not inspect.iscoroutinefunction(func):
+                raise TypeError(f"a limiter decorates async functions, got {func!r}")
 
-                @functools.wraps(func)
-                async def limited(*args: Any, **kwargs: Any) -> R:
-                    await self.acquire(amount(*args, **kwargs) if callable(amount) else amount)
-                    return await func(*args, **kwargs)
+            @functools.wraps(func)
+            async def limited(*args: P.args, **kwargs: P.kwargs) -> R:
+                await self.acquire(amount(*args, **kwargs) if callable(amount) else amount)
+                return await func(*args, **kwargs)
 
-                return limited
+            return limited
 
-            return decorate
+        return decorate
 
-        def __repr__(self) -> str:
-            return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "
-                    f"burst={self.burst!r}, fair={self.fair!r}) tokens={self.tokens:.6g} "
-                    f"waiting={self.waiting} at {id(self):#x}>")
+    def set_rate(self, max_rate: float, time_period: float | None = None, *, burst: float | None = None,
+                 index: int = 0) -> None:
+        """Changes rate ``index`` from now on (``time_period``/``burst`` left out: unchanged).
+        It keeps the tokens it holds, at most the new burst; queued waiters are re-timed at
+        once, and those that can no longer be granted as promised are failed (see README)."""
+        i = _params.index(index, len(self._rates))
+        old = self._rates[i]
+        period = old.time_period if time_period is None else time_period
+        if self._window:
+            if burst is not None:
+                raise TypeError("a window takes no burst: its limit is max_rate")
+            spec, ns = _params.window(max_rate, period)
+            self._set_window(ns, spec.max_rate)
+        elif self._capacity_is_max_rate:
+            spec = _params.rate("", max_rate, period, burst, burst_below_one=burst is None)
+            self._set_rate(i, spec.ns_per_token, spec.burst)
+        else:
+            spec = _params.rate("", max_rate, period, old.burst if burst is None else burst)
+            self._set_rate(i, spec.ns_per_token, spec.burst)
+        self._rates = [*self._rates[:i], spec, *self._rates[i + 1:]]
+        self._settle()
 
-        async def _wait(self, amount: float, timeout: float | None) -> None:
-            loop = self._own_loop()
-            granted = loop.create_future()
-            try:
-                ident = self._enqueue(amount, timeout, granted)
-            except TimeoutError:
-                self._timeouts += 1
-                raise
-            started = loop.time()
-            try:
-                first = self._dispatch()
-                if granted.done() and first is not granted:
-                    # granted in this same pass behind others (the loop ran late): their tasks, woken
-                    # first, resume first, as their grants came first
-                    await asyncio.sleep(0)
-                await granted
-                waited = loop.time() - started
-                self._waits += 1
-                self._wait_total += waited
-                self._wait_max = max(self._wait_max, waited)
-            except BaseException:  # cancelled, interrupted, or destroyed while waiting
-                self._cancelled += 1
-                if granted.done() and not granted.cancelled():
-                    self._refund(amount)  # granted, but its task will never use it
-                else:
-                    self._withdraw(ident)
-                if self._loop is loop and not loop.is_closed():
-                    self._dispatch()  # the next waiter may go now, or later than the timer says
-                raise
+    def pause_until(self, when: float) -> None:
+        """Grants nothing before loop time ``when`` (a later call can only move it later)."""
+        self._pause_until(_params.loop_time("when", when))
+        self._settle()
 
-        def set_rate(self, max_rate: float, time_period: float | None = None, *, burst: float | None = None,
-                     index: int = 0) -> None:
-            """Changes rate ``index`` from now on (``time_period``/``burst`` left out: unchanged).
-            It keeps the tokens it holds, at most the new burst; queued waiters are re-timed at
-            once, and those that can no longer be granted as promised are failed (see README)."""
-            if isinstance(index, bool) or not isinstance(index, int):
-                raise TypeError(f"index must be an int, got {index!r}")
-            rates = self.rates
-            if time_period is None:
-                time_period = rates[index][1] if 0 <= index < len(rates) else self.time_period
-            if burst is None and 0 <= index < len(rates):
-                burst = rates[index][2]
-            self._set_rate(index, max_rate, time_period, burst)
-            self._settle()
+    def penalize(self, seconds: float) -> None:
+        """Grants nothing for ``seconds`` from now: a server's ``Retry-After``."""
+        span = _params.seconds("seconds", seconds)
+        loop = asyncio.events._get_running_loop()
+        self.pause_until((loop.time() if loop is not None else time.monotonic()) + span)
 
-        def pause_until(self, when: float) -> None:
-            """Grants nothing before loop time ``when`` (a later call can only move it later)."""
-            self._pause_until(when)
-            self._settle()
+    def reserve(self, amount: float = 1) -> Reservation:
+        """Takes a place in the queue now and says when it will be granted: ``r.delay``
+        seconds from now, at loop time ``r.ready_at``. ``await r`` waits for it;
+        ``r.cancel()`` gives the place (or the tokens) back."""
+        dispatcher = self._running_dispatcher()
+        granted = dispatcher.loop.create_future()
+        ident, ready_at = self._reserve(amount, granted)
+        dispatcher.dispatch()
+        return Reservation(self, ident, float(amount), granted, ready_at, dispatcher)
 
-        def penalize(self, seconds: float) -> None:
-            """Grants nothing for ``seconds`` from now: a server's ``Retry-After``."""
-            if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
-                raise TypeError(f"seconds must be a real number, got {seconds!r}")
-            if not (seconds >= 0 and math.isfinite(seconds)):
-                raise ValueError(f"seconds must be finite and >= 0, got {seconds!r}")
-            loop = asyncio.events._get_running_loop()
-            self.pause_until((loop.time() if loop is not None else time.monotonic()) + float(seconds))
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "
+                f"burst={self.burst!r}, fair={self.fair!r}) tokens={self.tokens:.6g} "
+                f"waiting={self.waiting} at {id(self):#x}>")
 
-        def reserve(self, amount: float = 1) -> Reservation:
-            """Takes a place in the queue now and says when it will be granted: ``r.delay``
-            seconds from now, at loop time ``r.ready_at``. ``await r`` waits for it;
-            ``r.cancel()`` gives the place (or the tokens) back."""
-            loop = self._own_loop()
-            granted = loop.create_future()
-            ident, ready_at = self._reserve(amount, granted)
-            self._dispatch()
-            return Reservation(self, ident, float(amount), granted, ready_at, loop)
+    # ---- called by the engine ----
 
-        def _settle(self) -> None:
-            """After a change of the limits: fail the waiters it strands, re-time the rest."""
-            while (stranded := self._withdraw_stranded()) is not None:
-                waiter, never = stranded
-                if not waiter.done():
-                    waiter.set_exception(
-                        ValueError("the limiter's new burst is below this request's amount") if never else
-                        TimeoutError("after the limiter's change this request cannot be granted in time"))
-            if self._loop is not None and not self._loop.is_closed():
-                self._dispatch()
+    def _wait(self, amount: float, timeout: float | None) -> Coroutine[Any, Any, None]:
+        """The wait of a request the engine could not grant at once, on the running loop."""
+        return self._running_dispatcher().wait(amount, timeout)
 
-        def _own_loop(self) -> asyncio.AbstractEventLoop:
-            """The running loop, which from now on owns this limiter's waiters and timer."""
-            loop = asyncio.get_running_loop()
-            previous = self._loop
-            if previous is loop:
-                return loop
-            if previous is not None and not previous.is_closed():
+    def _over_capacity(self, amount: object) -> Exception:
+        """The error for an amount no single grant can take."""
+        return ValueError(f"amount must not exceed burst ({self.burst!r}), got {amount!r}")
+
+    # ---- internals ----
+
+    def _running_dispatcher(self) -> Dispatcher:
+        """The running loop's dispatcher, which from now on serves this limiter's waiters."""
+        loop = asyncio.get_running_loop()
+        dispatcher = self._dispatcher
+        if dispatcher is not None and dispatcher.loop is loop:
+            return dispatcher
+        if dispatcher is not None:
+            if not dispatcher.loop.is_closed():
                 if self.waiting:
                     raise RuntimeError(
                         f"{type(self).__name__} has tasks waiting on another event loop; "
                         "one limiter serves one event loop at a time")
-                if self._timer is not None:
-                    self._timer.cancel()
-            elif previous is not None:
-                while self.waiting:  # their loop is closed: they can never be woken
-                    self._pop_head(False)
+                dispatcher.close()
+            else:
+                self._drop_waiters()  # their loop is closed: they can never be woken
                 if self._warn_on_reuse:
                     warnings.warn(REUSED_ACROSS_LOOPS, RuntimeWarning, stacklevel=4)
-            self._timer = self._timer_at = None
-            self._loop = loop
-            return loop
+        self._dispatcher = dispatcher = Dispatcher(self, loop)
+        return dispatcher
 
-        def _dispatch(self, woke_for: float | None = None) -> asyncio.Future[None] | None:
-            """Grants every waiter whose turn has come, then keeps the one timer on the next head.
-            Returns the first waiter it granted, if any."""
-            # asyncio runs a timer due within its clock's resolution as due now: so does the limiter
-            due = woke_for if woke_for is not None and woke_for - self._loop.time() <= CLOCK_RESOLUTION else None
-            first = None
-            while (head := self._ready_head(due)) is not None:
-                wanted = not head.done()  # a cancelled waiter leaves without taking tokens
-                self._pop_head(wanted, due)
-                if wanted:
-                    head.set_result(None)
-                    if first is None:
-                        first = head
-            at = self._head_ready_at()
-            timer = self._timer
-            if at is not None and timer is not None and at == self._timer_at:
-                return first
-            if timer is not None:
-                timer.cancel()
-                self._timer = self._timer_at = None
-            if at is None:
-                return first
-            loop = self._loop
-            if at == woke_for:  # the loop fired early: aim as far past the time as it fell short, never poll
-                now = loop.time()
-                at = max(at + (at - now), now + REARM_AFTER_EARLY_WAKE)
-            self._timer = loop.call_at(at, self._on_timer)
-            self._timer_at = at
-            return first
+    def _settle(self) -> None:
+        """After a change of the limits: fail the waiters it strands, re-time the rest."""
+        while (stranded := self._withdraw_stranded()) is not None:
+            waiter, never = stranded
+            if not waiter.done():
+                waiter.set_exception(
+                    ValueError("the limiter's new burst is below this request's amount") if never else
+                    TimeoutError("after the limiter's change this request cannot be granted in time"))
+        dispatcher = self._dispatcher
+        if dispatcher is not None and not dispatcher.loop.is_closed():
+            dispatcher.dispatch()
 
-        def _on_timer(self) -> None:
-            woke_for, self._timer, self._timer_at = self._timer_at, None, None
-            self._dispatch(woke_for)
 
-    class AsyncLimiter(Limiter):
-        """Drop-in for ``aiolimiter.AsyncLimiter``: burst = max_rate, newcomers take free
-        capacity ahead of waiters, and waiters wake smallest amount first."""
+class AsyncLimiter(Limiter):
+    """Drop-in for ``aiolimiter.AsyncLimiter``: capacity max_rate, newcomers take free capacity
+    ahead of waiters, and waiters wake smallest amount first. Subclass it as aiolimiter users do:
+    an ``__init__`` of your own that calls ``super().__init__(max_rate, time_period)``."""
 
-        __slots__ = ()
-        _warn_on_reuse = True
+    __slots__ = ()
+    _warn_on_reuse = True
+    _capacity_is_max_rate = True
 
-        def __new__(cls, max_rate: float, time_period: float = 60) -> AsyncLimiter:  # type: ignore[misc]
-            if time_period is None:  # as aiolimiter: no default stands behind None here
-                raise TypeError("time_period must be a real number, got None")
-            return cls._create(max_rate, time_period, None, None, False, True)
+    def __init__(self, max_rate: float, time_period: float = 60) -> None:
+        if time_period is None:  # as aiolimiter: no default stands behind None here
+            raise TypeError("time_period must be a real number, got None")
+        self._setup([_params.rate("", max_rate, time_period, burst_below_one=True)], None, fair=False,
+                    smallest_first=True)
 
-        def __repr__(self) -> str:
-            return (f"<AsyncLimiter(max_rate={self.max_rate!r}, time_period={self.time_period!r}) "
-                    f"at {id(self):#x} [tokens: {self.tokens:.6g}, waiters: {self.waiting}]>")
+    def acquire(self, amount: float = 1) -> Coroutine[Any, Any, None]:  # type: ignore[override]
+        """Waits for ``amount`` tokens (aiolimiter's ``acquire``: no timeout; see ``Limiter`` for one)."""
+        return super().acquire(amount)
 
-    return Limiter, AsyncLimiter
+    def has_capacity(self, amount: float = 1) -> bool:
+        """Whether ``acquire(amount)`` would go through now; False above the capacity, as aiolimiter."""
+        if isinstance(amount, (int, float)) and not isinstance(amount, bool) and amount > self.max_rate:
+            return False
+        return super().has_capacity(amount)
+
+    def reserve(self, amount: float = 1) -> Reservation:
+        """Not in aiolimiter's API: use ``aiotb.Limiter`` for reservations."""
+        raise TypeError("AsyncLimiter has no reservations; use aiotb.Limiter")
+
+    def _over_capacity(self, amount: object) -> Exception:
+        return ValueError("Can't acquire more than the maximum capacity")
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}) "
+                f"at {id(self):#x} [tokens: {self.tokens:.6g}, waiters: {self.waiting}]>")
+
+
+class WindowLimiter(Limiter):
+    """At most ``max_rate`` tokens in any window of ``time_period`` seconds (default 60), bursts included."""
+
+    __slots__ = ()
+
+    def __init__(self, max_rate: float, time_period: float | None = None, *, fair: bool = True) -> None:
+        spec, period_ns = _params.window(max_rate, time_period)
+        self._setup([spec], period_ns, _params.flag("fair", fair), smallest_first=False)

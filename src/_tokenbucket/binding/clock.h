@@ -1,0 +1,266 @@
+/* The running loop's clock, read in nanoseconds.
+ *
+ * When the running loop's clock provably is CLOCK_MONOTONIC (aiotb._clock.is_monotonic_loop), the
+ * bucket reads that clock itself and remembers the proof (tb_proof). The proof holds while that
+ * loop is the running one and neither its class (nor a base) nor its instance attributes changed.
+ *
+ * Which loop is running: on 3.12+ asyncio answers in a few loads, so every reading asks it (the
+ * public path). On 3.11 asyncio's answer costs a getpid() system call, so a bucket trusts its last
+ * answer while the thread and its context version are unchanged: every callback and task step a
+ * loop runs enters a context, so the running loop cannot change within one version. The context
+ * version is a CPython-internal field; it is read only on 3.11, where it exists, and
+ * AIOTB_PUBLIC_CLOCK builds the public path there too.
+ * Class changes: type watchers on 3.12+ (public); the class's version tag on 3.11. */
+#ifndef AIOTB_BINDING_CLOCK_H
+#define AIOTB_BINDING_CLOCK_H
+
+#include "state.h"
+
+#include <stdatomic.h>
+
+#if PY_VERSION_HEX < 0x030C0000 && !defined(AIOTB_PUBLIC_CLOCK)
+#define AIOTB_TRUST_CONTEXT_VERSION 1
+#endif
+
+// CLOCK_MONOTONIC now, in nanoseconds.
+static inline ALWAYS_INLINE tb_ns monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (tb_ns)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// Converts a loop time in seconds to nanoseconds (round half up); 0, or -1 with RuntimeError.
+static int seconds_to_ns(double seconds, tb_ns *ns)
+{
+    if (!(isfinite(seconds) && fabs(seconds) < (double)TB_MAX_SPAN / 1e9)) {
+        PyObject *value = PyFloat_FromDouble(seconds);
+        if (value) {
+            PyErr_Format(PyExc_RuntimeError,
+                         "the event loop's clock returned %R, which is not a usable time", value);
+            Py_DECREF(value);
+        }
+        return -1;
+    }
+    *ns = (tb_ns)floor(seconds * 1e9 + 0.5);
+    return 0;
+}
+
+// The earliest loop time in seconds that reads as ns or later.
+static double ns_to_seconds(tb_ns ns)
+{
+    double seconds = (double)ns / 1e9;
+    while ((tb_ns)floor(seconds * 1e9 + 0.5) < ns)
+        seconds = nextafter(seconds, INFINITY);
+    return seconds;
+}
+
+/* ---- class versions ---- */
+
+#if PY_VERSION_HEX >= 0x030C0000
+/* Bumped by the type watcher on any change of a watched loop class (or of one of its bases):
+ * every proof made before is stale. One count for all classes: a change costs one new proof. */
+static _Atomic uint64_t class_changes = 1;
+
+// The type watcher: counts a change of a watched class. Always 0.
+static int count_class_change(PyTypeObject *type)
+{
+    (void)type;
+    atomic_fetch_add_explicit(&class_changes, 1, memory_order_relaxed);
+    return 0;
+}
+
+// The version a proof records for type; 0 if its changes cannot be watched (then no proof is kept).
+static inline ALWAYS_INLINE uint64_t class_version(tb_state *st, PyTypeObject *type)
+{
+    (void)type;
+    return st->type_watcher < 0 ? 0 : atomic_load_explicit(&class_changes, memory_order_relaxed);
+}
+
+// Starts watching type for changes; 0, or -1 with an exception.
+static int watch_class(tb_state *st, PyTypeObject *type)
+{
+    return st->type_watcher < 0 ? 0 : PyType_Watch(st->type_watcher, (PyObject *)type);
+}
+#else
+// The version a proof records for type: its version tag, 0 if it has none (then no proof is kept).
+static inline ALWAYS_INLINE uint64_t class_version(tb_state *st, PyTypeObject *type)
+{
+    (void)st;
+    return type->tp_version_tag;  /* changes whenever the class or a base is modified */
+}
+
+// Nothing to do: the version tag changes by itself. 0.
+static int watch_class(tb_state *st, PyTypeObject *type)
+{
+    (void)st, (void)type;
+    return 0;
+}
+#endif
+
+/* ---- proofs ---- */
+
+// Whether proof p, made for loop, still holds: same class, unchanged since, same instance attributes.
+static inline ALWAYS_INLINE bool proof_holds(tb_state *st, const tb_proof *p, PyObject *loop)
+{
+    return Py_TYPE(loop) == p->loop_type && class_version(st, p->loop_type) == p->type_epoch &&
+           (p->loop_dict == NULL || PyDict_GET_SIZE(p->loop_dict) == p->dict_size);
+}
+
+// Forgets a proof.
+static void proof_clear(tb_proof *p)
+{
+    Py_CLEAR(p->loop);
+    Py_CLEAR(p->loop_type);
+    Py_CLEAR(p->loop_dict);
+}
+
+// Records in *p that loop's clock is CLOCK_MONOTONIC as of now; leaves *p empty if its class cannot be
+// watched. 0, or -1 with an exception.
+static int proof_make(tb_state *st, tb_proof *p, PyObject *loop)
+{
+    proof_clear(p);
+    uint64_t version = class_version(st, Py_TYPE(loop));
+    if (version == 0)
+        return 0;
+    if (watch_class(st, Py_TYPE(loop)) < 0)
+        return -1;
+    PyObject *dict = PyObject_GenericGetDict(loop, NULL);
+    if (dict == NULL) {  /* a loop without instance dict cannot be patched per instance */
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();
+    }
+    p->loop = Py_NewRef(loop);
+    p->loop_type = (PyTypeObject *)Py_NewRef(Py_TYPE(loop));
+    p->loop_dict = dict;
+    p->dict_size = dict ? PyDict_GET_SIZE(dict) : 0;
+    p->type_epoch = version;
+    return 0;
+}
+
+// Whether loop's clock is CLOCK_MONOTONIC, proving it in self->proof if it is: from the module's
+// latest proof when that was made for the same loop and still holds, else by asking aiotb._clock.
+// 1, 0, or -1 with an exception.
+COLD static int prove_clock(BucketObject *self, PyObject *loop)
+{
+    tb_state *st = self->state;
+    PyObject *latest = NULL;
+    if (st->latest_loop != NULL && PyWeakref_GetRef(st->latest_loop, &latest) < 0)
+        return -1;
+    bool known = latest == loop && proof_holds(st, &st->latest, loop);
+    Py_XDECREF(latest);
+    if (!known) {
+        PyObject *verdict = PyObject_CallOneArg(st->is_monotonic_loop, loop);
+        int monotonic = verdict ? PyObject_IsTrue(verdict) : -1;
+        Py_XDECREF(verdict);
+        if (monotonic <= 0) {
+            proof_clear(&self->proof);
+            return monotonic;
+        }
+    }
+    if (proof_make(st, &self->proof, loop) < 0)
+        return -1;
+    if (known || self->proof.loop == NULL)
+        return 1;
+    PyObject *ref = PyWeakref_NewRef(loop, NULL);
+    if (ref == NULL) {  /* a loop without weak references: nothing to share */
+        if (!PyErr_ExceptionMatches(PyExc_TypeError))
+            return -1;
+        PyErr_Clear();
+    }
+    Py_XSETREF(st->latest_loop, ref);
+    proof_clear(&st->latest);
+    st->latest.loop_type = (PyTypeObject *)Py_NewRef(self->proof.loop_type);
+    st->latest.loop_dict = Py_XNewRef(self->proof.loop_dict);
+    st->latest.dict_size = self->proof.dict_size;
+    st->latest.type_epoch = self->proof.type_epoch;
+    return 1;
+}
+
+/* ---- reading the clock ---- */
+
+// Moves the core onto another clock (domain: a loop, or NULL for CLOCK_MONOTONIC) that reads now.
+COLD static void switch_clock(BucketObject *self, PyObject *domain, tb_ns now)
+{
+    if (self->has_last)
+        tb_rebase(&self->core, self->last_now, now);
+    Py_XSETREF(self->domain, Py_XNewRef(domain));
+}
+
+// Records a reading of the clock.
+static inline ALWAYS_INLINE void bucket_read(BucketObject *self, tb_ns now)
+{
+    self->last_now = now;
+    self->has_last = true;
+}
+
+// The clock of loop (the running loop, or None; a reference the call takes over) read the long way:
+// proves it if needed, moves the core onto it if it changed. 0, or -1 with an exception.
+COLD static int bucket_now_slow(BucketObject *self, PyObject *loop, tb_ns *now)
+{
+    PyObject *domain = NULL;
+    int rc = -1;
+    if (loop != Py_None && !(loop == self->proof.loop && proof_holds(self->state, &self->proof, loop))) {
+        int monotonic = prove_clock(self, loop);
+        if (monotonic < 0)
+            goto done;
+        if (!monotonic) {  /* a clock of its own: core times are on it */
+            PyObject *seconds = PyObject_CallMethodNoArgs(loop, self->state->str_time);
+            if (seconds == NULL)
+                goto done;
+            double value = PyFloat_AsDouble(seconds);
+            Py_DECREF(seconds);
+            if ((value == -1.0 && PyErr_Occurred()) || seconds_to_ns(value, now) < 0)
+                goto done;
+            domain = loop;
+        }
+    }
+    if (domain == NULL)  /* outside a loop, asyncio's default clock is CLOCK_MONOTONIC too */
+        *now = monotonic_ns();
+#ifdef AIOTB_TRUST_CONTEXT_VERSION
+    PyThreadState *ts = PyThreadState_Get();
+    bool proven = domain == NULL && loop == self->proof.loop;
+    self->seen_thread = proven ? PyThreadState_GetID(ts) : 0;
+    self->seen_context_ver = ts->context_ver;
+#endif
+    if (domain != self->domain)
+        switch_clock(self, domain, *now);
+    bucket_read(self, *now);
+    rc = 0;
+done:
+    Py_DECREF(loop);
+    return rc;
+}
+
+// The running loop's time in ns, moving the core onto that clock if it changed. 0, or -1 with an
+// exception. Inlined: the fast path is one question to asyncio (3.12+) or a few loads (3.11), and
+// CLOCK_MONOTONIC.
+static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
+{
+#ifdef AIOTB_TRUST_CONTEXT_VERSION
+    PyThreadState *ts = PyThreadState_Get();
+    PyObject *proven = self->proof.loop;
+    if (proven != NULL && self->domain == NULL && ts->context_ver == self->seen_context_ver &&
+        PyThreadState_GetID(ts) == self->seen_thread && proof_holds(self->state, &self->proof, proven)) {
+        *now = monotonic_ns();
+        bucket_read(self, *now);
+        return 0;
+    }
+    PyObject *loop = PyObject_CallNoArgs(self->state->get_running_loop);
+#else
+    PyObject *loop = PyObject_CallNoArgs(self->state->get_running_loop);
+    if (loop != NULL && loop == self->proof.loop && self->domain == NULL &&
+        proof_holds(self->state, &self->proof, loop)) {
+        Py_DECREF(loop);
+        *now = monotonic_ns();
+        bucket_read(self, *now);
+        return 0;
+    }
+#endif
+    if (loop == NULL)
+        return -1;
+    return bucket_now_slow(self, loop, now);
+}
+
+#endif

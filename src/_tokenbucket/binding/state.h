@@ -1,0 +1,98 @@
+/* The binding's data: module state, the Bucket object, and the few gates between Python versions.
+ * Part of _tokenbucketmodule.c's translation unit (included once, in order: state, clock, params,
+ * awaitables, then the type and the module in the .c file). */
+#ifndef AIOTB_BINDING_STATE_H
+#define AIOTB_BINDING_STATE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+#include <time.h>
+
+#include "../queue.h"
+
+#if defined(__GNUC__)
+#define COLD __attribute__((noinline, cold))  /* keeps the fast path's frame small */
+#define ALWAYS_INLINE __attribute__((always_inline))
+#else
+#define COLD
+#define ALWAYS_INLINE
+#endif
+
+/* How late a woken waiter may be and still be granted as of its ready instant, in time of one
+ * token: under one, so no interval of length t sees a whole token over burst + rate*t. */
+#define LATE_CREDIT_TOKENS 0.99
+
+/* PyWeakref_GetRef arrived in 3.13 (PyWeakref_GetObject, which returns a borrowed reference, is
+ * deprecated there): the same contract from public calls on older versions, as pythoncapi-compat does. */
+#if PY_VERSION_HEX < 0x030D0000
+// *ref gets a new reference to the referent, or NULL if it is dead; 1, 0, or -1 with TypeError.
+static inline int PyWeakref_GetRef(PyObject *weakref, PyObject **ref)
+{
+    if (weakref == NULL || !PyWeakref_Check(weakref)) {
+        *ref = NULL;
+        PyErr_SetString(PyExc_TypeError, "expected a weakref");
+        return -1;
+    }
+    PyObject *object = PyWeakref_GetObject(weakref);  /* borrowed; public until 3.13 */
+    if (object == NULL) {
+        *ref = NULL;
+        return -1;
+    }
+    if (object == Py_None) {
+        *ref = NULL;
+        return 0;
+    }
+    *ref = Py_NewRef(object);
+    return 1;
+}
+#endif
+
+/* Proof that a loop's clock is CLOCK_MONOTONIC: valid while the loop is the running one and neither
+ * its class (nor a base) nor its instance attributes changed since it was checked. */
+typedef struct {
+    PyObject *loop;            /* strong; NULL: no proof */
+    PyTypeObject *loop_type;   /* strong: its class when checked */
+    PyObject *loop_dict;       /* strong: its instance dict, or NULL; a `time` patched there changes its size */
+    Py_ssize_t dict_size;
+    uint64_t type_epoch;       /* the class's version when checked (see clock.h) */
+} tb_proof;
+
+typedef struct {
+    PyTypeObject *bucket_type;
+    PyTypeObject *ready_type;
+    PyTypeObject *acquisition_type;
+    PyObject *ready;             /* the one done awaitable */
+    PyObject *get_running_loop;  /* asyncio.events._get_running_loop */
+    PyObject *is_monotonic_loop; /* aiotb._clock.is_monotonic_loop */
+    PyObject *real_type;         /* numbers.Real */
+    PyObject *latest_loop;       /* weak reference to the loop proven last, so a new bucket skips the proof */
+    tb_proof latest;             /* that proof (its loop field unused: the reference above is weak) */
+    PyObject *str_time;
+    PyObject *str_wait;
+    PyObject *str_over_capacity;
+    PyObject *str_throw;
+    PyObject *str_close;
+    PyObject *str_done;
+    int type_watcher;            /* 3.12+: id of the watcher that counts class changes, or -1 */
+} tb_state;
+
+typedef struct {
+    PyObject_HEAD
+    tb_state *state;    /* borrowed: the type keeps its module alive */
+    tb_bucket core;
+    bool configured;    /* _configure ran: until then nothing is granted */
+    bool has_last;      /* last_now holds a reading */
+    tb_ns last_now;     /* the latest reading of the clock */
+    PyObject *domain;   /* the loop whose own clock core times are on; NULL: CLOCK_MONOTONIC */
+    tb_proof proof;     /* the running loop's clock, proven CLOCK_MONOTONIC */
+#if PY_VERSION_HEX < 0x030C0000
+    uint64_t seen_thread;       /* 3.11: the thread and context version in which proof.loop was last */
+    uint64_t seen_context_ver;  /* found to be the running loop (see clock.h); thread 0: never */
+#endif
+} BucketObject;
+
+#endif
