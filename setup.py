@@ -5,6 +5,7 @@ AIOTB_DEBUG_BUILD=1    -O0 -g, asserts on, warnings are errors
 AIOTB_SANITIZE=1       AddressSanitizer + UndefinedBehaviorSanitizer (implies the debug build)
 """
 
+import glob
 import os
 
 from setuptools import Extension, setup
@@ -29,8 +30,8 @@ def extensions() -> list:
     return [
         Extension(
             "aiotb._tokenbucket",
-            sources=["src/_tokenbucket/_tokenbucketmodule.c", "src/_tokenbucket/tokenbucket.c"],
-            depends=["src/_tokenbucket/tokenbucket.h"],
+            sources=["src/_tokenbucket/_tokenbucketmodule.c", "src/_tokenbucket/limits.c", "src/_tokenbucket/queue.c"],
+            depends=["src/_tokenbucket/limits.h", "src/_tokenbucket/queue.h", *glob.glob("src/_tokenbucket/binding/*.h")],
             extra_compile_args=compile_args,
             extra_link_args=link_args,
             libraries=["m"],

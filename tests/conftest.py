@@ -26,11 +26,14 @@ if WANT_C:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--no-c-extensions", action="store_true", help="run only the pure-Python core")
+    parser.addoption("--only-c-extensions", action="store_true", help="run only the C core")
 
 
 def _engines(config: pytest.Config) -> list[str]:
     if config.getoption("--no-c-extensions") or not WANT_C:
         return ["py"]
+    if config.getoption("--only-c-extensions"):
+        return ["c"]
     return ["c", "py"]
 
 

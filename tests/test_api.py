@@ -371,3 +371,52 @@ def test_real_loop_timeout_and_cancel(lib, run):
         return [slow.cancelled(), limiter.waiting]
 
     assert run(main()) == [True, 0]
+
+
+def test_acquire_never_awaited_warns_and_takes_nothing(lib):
+    """``limiter.acquire()`` without ``await`` is a bug in the caller: it warns as a coroutine does."""
+    limiter = lib.Limiter(1, 1, burst=1)
+    with pytest.warns(RuntimeWarning, match="was never awaited"):
+        limiter.acquire()
+        gc.collect()
+    assert limiter.try_acquire()  # the token was never taken
+
+
+def test_asynclimiter_subclass_with_its_own_init(lib):
+    """aiolimiter users subclass AsyncLimiter with an __init__ of their own (a byte-rate downloader)."""
+
+    class ByteRate(lib.AsyncLimiter):
+        def __init__(self, bytes_per_second: float, label: str) -> None:
+            super().__init__(bytes_per_second, 1)
+            self.label = label
+
+    limiter = ByteRate(1000, "downloads")
+    assert (limiter.max_rate, limiter.time_period, limiter.label) == (1000, 1, "downloads")
+    assert limiter.try_acquire(600) and not limiter.try_acquire(600)
+    with pytest.raises(RuntimeError, match="configured already"):
+        lib.AsyncLimiter.__init__(limiter, 5, 1)
+
+
+def test_a_subclass_that_forgets_init_says_so(lib):
+    class Forgetful(lib.Limiter):
+        def __init__(self) -> None:
+            pass
+
+    limiter = Forgetful()
+    with pytest.raises(RuntimeError, match=r"__init__\(\) was not called"):
+        limiter.try_acquire()
+    with pytest.raises(RuntimeError, match=r"__init__\(\) was not called"):
+        asyncio.run(limiter.__aenter__())
+    assert limiter.waiting == 0
+
+
+def test_errors_name_the_public_class(lib):
+    with pytest.raises(TypeError) as caught:
+        lib.Limiter(1, 2, 3)  # burst is keyword-only
+    assert "Limiter.__init__()" in str(caught.value) and "<locals>" not in str(caught.value)
+    with pytest.raises(TypeError) as caught:
+        lib.AsyncLimiter(10, 1).acquire(1, 5)  # aiolimiter's acquire takes no timeout
+    assert str(caught.value) == "AsyncLimiter.acquire() takes no timeout; use aiotb.Limiter for timeouts"
+    with pytest.raises(TypeError) as caught:
+        lib.WindowLimiter(10, 1, burst=2)  # a window has no burst
+    assert "WindowLimiter.__init__()" in str(caught.value) and "<locals>" not in str(caught.value)

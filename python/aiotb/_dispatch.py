@@ -58,10 +58,20 @@ class Dispatcher:
         loop = self.loop
         # asyncio runs a timer due within its clock's resolution as due now: so does the limiter
         due = woke_for if woke_for is not None and woke_for - loop.time() <= CLOCK_RESOLUTION else None
-        granted, at = self.bucket._grant_due(due)
-        for waiter in granted:
-            waiter.set_result(None)
-        first = granted[0] if granted else None
+        bucket, first = self.bucket, None
+        while True:
+            granted, amounts, at = bucket._grant_due(due)
+            given_back = False
+            for waiter, amount in zip(granted, amounts):
+                if waiter.done():  # cancelled by code an earlier grant of this pass ran: its tokens come back
+                    bucket._refund(amount)
+                    given_back = True
+                    continue
+                waiter.set_result(None)
+                if first is None:
+                    first = waiter
+            if not given_back:
+                break
         timer = self._timer
         if at is not None and timer is not None and at == self._timer_at:
             return first

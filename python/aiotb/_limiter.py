@@ -297,9 +297,12 @@ class AsyncLimiter(Limiter):
         self._setup([_params.rate("", max_rate, time_period, burst_below_one=True)], None, fair=False,
                     smallest_first=True)
 
-    def acquire(self, amount: float = 1) -> Coroutine[Any, Any, None]:  # type: ignore[override]
-        """Waits for ``amount`` tokens (aiolimiter's ``acquire``: no timeout; see ``Limiter`` for one)."""
-        return super().acquire(amount)
+    def acquire(self, amount: float = 1, timeout: None = None) -> Coroutine[Any, Any, None]:  # type: ignore[override]
+        """Waits for ``amount`` tokens (aiolimiter's ``acquire``: no timeout; ``Limiter`` has one)."""
+        if timeout is None:
+            return super().acquire(amount)
+        super().acquire(amount, timeout).close()  # the amount, then the timeout, checked as Limiter does
+        raise TypeError("AsyncLimiter.acquire() takes no timeout; use aiotb.Limiter for timeouts")
 
     def has_capacity(self, amount: float = 1) -> bool:
         """Whether ``acquire(amount)`` would go through now; False above the capacity, as aiolimiter."""

@@ -4,7 +4,7 @@
  * loop's clock (binding/clock.h). An uncontended acquire takes its tokens here and allocates nothing;
  * a request that must wait goes to the limiter's dispatcher (aiotb/_dispatch.py) through
  * Limiter._wait, which then drives the queue with one call per decision: _enqueue, _grant_due,
- * _withdraw, _refund. The concerns live in binding/*.h, one translation unit: state, clock, params,
+ * _withdraw, _refund. The concerns live in the headers of binding/, one translation unit: state, clock, params,
  * awaitables; this file holds the Bucket type and the module. */
 #include "binding/state.h"
 #include "binding/clock.h"
@@ -294,31 +294,47 @@ static PyObject *bucket_drop_waiters(PyObject *op, PyObject *Py_UNUSED(ignored))
 
 typedef struct {
     PyObject *granted;  /* the waiters granted, in order */
-    PyObject *left;     /* every waiter removed: the queue's references, released after the pass */
+    PyObject *amounts;  /* their amounts */
+    PyObject *skipped;  /* the waiters removed without a grant */
     PyObject *str_done;
 } due_pass;
 
-// tb_grant_due's question: a waiter whose future is done already (cancelled) leaves without tokens.
-static tb_verdict decide_waiter(void *ctx, void *handle)
+// tb_grant_due's question: a waiter whose future is done already (cancelled) leaves without tokens;
+// the others are granted and listed with their amounts. The lists take over the queue's references
+// only after the pass (see bucket_grant_due): a waiter left queued keeps its own.
+static tb_verdict decide_waiter(void *ctx, void *handle, double amount)
 {
     due_pass *pass = ctx;
     PyObject *done = PyObject_CallMethodNoArgs((PyObject *)handle, pass->str_done);
     int gone = done ? PyObject_IsTrue(done) : -1;
     Py_XDECREF(done);
-    if (gone < 0 || PyList_Append(pass->left, (PyObject *)handle) < 0)
+    if (gone < 0)
         return TB_STOP;
     if (gone)
-        return TB_SKIP;
+        return PyList_Append(pass->skipped, (PyObject *)handle) < 0 ? TB_STOP : TB_SKIP;
+    PyObject *tokens = PyFloat_FromDouble(amount);
+    int listed = tokens ? PyList_Append(pass->amounts, tokens) : -1;
+    Py_XDECREF(tokens);
+    if (listed < 0)
+        return TB_STOP;
     if (PyList_Append(pass->granted, (PyObject *)handle) < 0) {
-        PyErr_Clear();  /* granted all the same: the caller learns of it as a memory error below */
-        PyErr_NoMemory();
+        Py_ssize_t n = PyList_GET_SIZE(pass->amounts);
+        (void)PyList_SetSlice(pass->amounts, n - 1, n, NULL);  /* as it was: the waiter stays queued */
+        return TB_STOP;
     }
     return TB_GRANT;
 }
 
-// _grant_due(at=None) -> (granted, next_at): grants every waiter due now (or at the loop time at, if that
-// is later: a timer the loop ran as due up to its clock resolution early), in order; next_at is the loop
-// time the new head is due, or None.
+// Releases the queue's references to the waiters in list, which keeps its own.
+static void release_waiters(PyObject *list)
+{
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++)
+        Py_DECREF(PyList_GET_ITEM(list, i));
+}
+
+// _grant_due(at=None) -> (granted, amounts, next_at): grants every waiter due now (or at the loop time
+// at, if that is later: a timer the loop ran as due up to its clock resolution early), in order;
+// amounts are theirs; next_at is the loop time the new head is due, or None.
 static PyObject *bucket_grant_due(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     BucketObject *self = (BucketObject *)op;
@@ -335,29 +351,30 @@ static PyObject *bucket_grant_due(PyObject *op, PyObject *const *args, Py_ssize_
         if (due > now)
             now = due;
     }
-    due_pass pass = {PyList_New(0), PyList_New(0), self->state->str_done};
+    due_pass pass = {PyList_New(0), PyList_New(0), PyList_New(0), self->state->str_done};
     PyObject *result = NULL;
-    if (pass.granted == NULL || pass.left == NULL)
+    if (pass.granted == NULL || pass.amounts == NULL || pass.skipped == NULL)
         goto done;
     tb_ns next = tb_grant_due(&self->core, now, decide_waiter, &pass);
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pass.left); i++)
-        Py_DECREF(PyList_GET_ITEM(pass.left, i));  /* the queue's references; the list keeps its own */
+    release_waiters(pass.granted);
+    release_waiters(pass.skipped);
     if (PyErr_Occurred())
         goto done;
     if (next == TB_NEVER)
-        result = PyTuple_Pack(2, pass.granted, Py_None);
+        result = PyTuple_Pack(3, pass.granted, pass.amounts, Py_None);
     else
-        result = Py_BuildValue("(Od)", pass.granted, ns_to_seconds(next));
+        result = Py_BuildValue("(OOd)", pass.granted, pass.amounts, ns_to_seconds(next));
 done:
     Py_XDECREF(pass.granted);
-    Py_XDECREF(pass.left);
+    Py_XDECREF(pass.amounts);
+    Py_XDECREF(pass.skipped);
     return result;
 }
 
 // tb_grant_due's verdict for a question only: grant no one.
-static tb_verdict grant_no_one(void *ctx, void *handle)
+static tb_verdict grant_no_one(void *ctx, void *handle, double amount)
 {
-    (void)ctx, (void)handle;
+    (void)ctx, (void)handle, (void)amount;
     return TB_STOP;
 }
 

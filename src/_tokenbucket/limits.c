@@ -1,0 +1,531 @@
+/* Token arithmetic of aiotb's core: the rates, the window and the pause; see limits.h. */
+#include "limits.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+
+#define HORIZON 0x1p62  /* ns: projections this far read TB_NEVER, past any deadline now + TB_MAX_SPAN */
+#define MIN_LOG 16u     /* grants the window's first log holds */
+
+#ifndef NDEBUG
+#define debug_check(l) assert(tb_limits_check(l) == 0)
+#else
+#define debug_check(l) ((void)0)
+#endif
+
+/* ---- one rate: GCRA's "full again at" instant, F = full_at + full_at_frac ---- */
+
+// Whether x is a finite number > 0.
+static bool positive(double x) { return x > 0 && isfinite(x); }
+
+// The whole nanoseconds of a span in [0, 2^63): floor() by truncation, without a call into libm.
+static double whole_ns(double span)
+{
+    return (double)(tb_ns)span;
+}
+
+// Moves F later by span >= 0 nanoseconds.
+static void advance(tb_gcra *g, double span)
+{
+    double whole = whole_ns(span);
+    double frac = g->full_at_frac + (span - whole);
+    if (frac >= 1.0) {
+        frac -= 1.0;
+        whole += 1.0;
+    }
+    g->full_at += (tb_ns)whole;
+    g->full_at_frac = frac;
+}
+
+// Moves F earlier by span >= 0 nanoseconds.
+static void retreat(tb_gcra *g, double span)
+{
+    double whole = whole_ns(span);
+    double frac = g->full_at_frac - (span - whole);
+    if (frac < 0.0) {
+        frac += 1.0;
+        whole += 1.0;
+    }
+    if (frac >= 1.0) {  /* a borrow below the fraction's precision rounds to no borrow */
+        frac -= 1.0;
+        whole -= 1.0;
+    }
+    g->full_at -= (tb_ns)whole;
+    g->full_at_frac = frac;
+}
+
+// F - now: how long until the rate is full again (negative: full since then).
+static double debt(const tb_gcra *g, tb_ns now)
+{
+    return (double)(g->full_at - now) + g->full_at_frac;
+}
+
+// Whether need nanoseconds of tokens fit in the rate at now.
+static bool fits(const tb_rate *r, const tb_gcra *g, double need, tb_ns now)
+{
+    double owed = debt(g, now);
+    return (owed > 0 ? owed : 0) + need <= r->burst_ns;
+}
+
+// Whether the rate has been full for at least a whole nanosecond at now (F <= now - 1).
+// Refill younger than that is kept: a waiter granted at the first whole nanosecond after
+// its fractional ready instant must not lose the fraction, or every such grant would
+// slow the rate down (and the projection, which assumes no loss, would promise too early).
+static bool full_before(const tb_gcra *g, tb_ns now)
+{
+    return g->full_at + (g->full_at_frac > 0) < now;
+}
+
+// Takes need nanoseconds of tokens at now: F = max(F, now) + need, except that a rate
+// full for less than a nanosecond keeps its F (see full_before).
+static void consume(tb_gcra *g, double need, tb_ns now)
+{
+    if (full_before(g, now))
+        *g = (tb_gcra){.full_at = now};
+    advance(g, need);
+}
+
+// First instant >= now at which need (<= burst_ns) nanoseconds of tokens fit.
+static tb_ns rate_fit_at(const tb_rate *r, const tb_gcra *g, double need, tb_ns now)
+{
+    if (fits(r, g, need, now))
+        return now;
+    /* F - t <= burst_ns - need  <=>  t >= full_at + (frac + need - burst_ns) */
+    tb_ns t = g->full_at + (tb_ns)ceil(g->full_at_frac + need - r->burst_ns);
+    if (t <= now)
+        t = now + 1;
+    while (!fits(r, g, need, t))        /* settle rounding of the closed form */
+        t++;
+    while (t - 1 > now && fits(r, g, need, t - 1))
+        t--;
+    return t;
+}
+
+// Tokens one rate holds at now.
+static double rate_tokens(const tb_rate *r, const tb_gcra *g, tb_ns now)
+{
+    double owed = debt(g, now);
+    if (owed <= 0)
+        return r->burst;
+    double tokens = r->burst - owed / r->ns_per_token;
+    return tokens > 0 ? tokens : 0;
+}
+
+/* ---- the window: a log of grants, oldest first ---- */
+
+// The i-th oldest grant in the log.
+static tb_grant *log_at(const tb_window *w, uint32_t i)
+{
+    return &w->log[(w->log_first + i) % w->log_capacity];
+}
+
+// Tokens of the logged grants still inside the window that ends at t (they are newer than t - period).
+static double window_used(const tb_window *w, tb_ns t)
+{
+    double used = 0;
+    for (uint32_t i = 0; i < w->log_count; i++) {
+        const tb_grant *g = log_at(w, i);
+        if (g->at > t - w->period)
+            used += g->amount;
+    }
+    return used;
+}
+
+// Whether amount more fits in the window ending at t.
+static bool window_fits(const tb_window *w, double amount, tb_ns t)
+{
+    return w->period == 0 || window_used(w, t) + amount <= w->limit;
+}
+
+// First instant >= t at which amount more fits in the window: when enough old grants have left it.
+static tb_ns window_fit_at(const tb_window *w, double amount, tb_ns t)
+{
+    if (window_fits(w, amount, t))
+        return t;
+    for (uint32_t i = 0; i < w->log_count; i++) {  /* grant i leaves the window at its at + period */
+        tb_ns leaves = log_at(w, i)->at + w->period;
+        if (leaves > t && window_fits(w, amount, leaves))
+            return leaves;
+    }
+    return TB_NEVER;  /* only for amount > limit */
+}
+
+// Drops the grants that no window ending at now or later can see.
+static void window_forget(tb_window *w, tb_ns now)
+{
+    while (w->log_count > 0 && log_at(w, 0)->at <= now - w->period) {
+        w->log_first = (w->log_first + 1) % w->log_capacity;
+        w->log_count--;
+    }
+}
+
+// Logs a grant of amount at t. Should the log fail to grow, the grant is merged into the newest,
+// which then counts for longer than its own: stricter, never looser.
+static void window_record(tb_window *w, double amount, tb_ns t)
+{
+    if (w->period == 0)
+        return;
+    window_forget(w, t);
+    if (w->log_count > 0 && log_at(w, w->log_count - 1)->at > t)
+        t = log_at(w, w->log_count - 1)->at;  /* keep the log in time order */
+    if (w->log_count == w->log_capacity) {
+        uint32_t grown = w->log_capacity * 2;
+        tb_grant *log = grown > w->log_capacity ? malloc((size_t)grown * sizeof *log) : NULL;
+        if (log == NULL) {
+            tb_grant *newest = log_at(w, w->log_count - 1);
+            newest->amount += amount;
+            newest->at = t;
+            return;
+        }
+        for (uint32_t i = 0; i < w->log_count; i++)
+            log[i] = *log_at(w, i);
+        free(w->log);
+        w->log = log;
+        w->log_first = 0;
+        w->log_capacity = grown;
+    }
+    *log_at(w, w->log_count++) = (tb_grant){.at = t, .amount = amount};
+}
+
+// Takes back a logged grant of amount: the oldest of that size, so the log errs on the strict side.
+static void window_unrecord(tb_window *w, double amount)
+{
+    for (uint32_t i = 0; i < w->log_count; i++) {
+        if (log_at(w, i)->amount != amount)
+            continue;
+        for (uint32_t j = i; j + 1 < w->log_count; j++)
+            *log_at(w, j) = *log_at(w, j + 1);
+        w->log_count--;
+        return;
+    }
+}
+
+/* ---- every limit at once ---- */
+
+// Whether amount can be granted at t by every limit.
+static bool all_fit(const tb_limits *l, double amount, tb_ns t)
+{
+    if (t < l->paused_until)
+        return false;
+    for (uint32_t i = 0; i < l->nrates; i++)
+        if (!fits(&l->rates[i], &l->state[i], amount * l->rates[i].ns_per_token, t))
+            return false;
+    return window_fits(&l->window, amount, t);
+}
+
+// First instant >= t at which every limit grants amount: each fits from some instant on, so the latest.
+static tb_ns all_fit_at(const tb_limits *l, double amount, tb_ns t)
+{
+    if (t < l->paused_until)
+        t = l->paused_until;
+    for (uint32_t i = 0; i < l->nrates; i++) {
+        tb_ns ready = rate_fit_at(&l->rates[i], &l->state[i], amount * l->rates[i].ns_per_token, t);
+        if (ready > t)
+            t = ready;
+    }
+    tb_ns open = window_fit_at(&l->window, amount, t);
+    return open > t ? open : t;
+}
+
+// Grants amount: the rates as of rates_at (never after now), the window at now.
+static void take_all(tb_limits *l, double amount, tb_ns rates_at, tb_ns now)
+{
+    for (uint32_t i = 0; i < l->nrates; i++)
+        consume(&l->state[i], amount * l->rates[i].ns_per_token, rates_at);
+    window_record(&l->window, amount, now);
+}
+
+// The largest amount any single grant may take.
+static double most_grantable(const tb_limits *l)
+{
+    double most = l->window.period ? l->window.limit : INFINITY;
+    for (uint32_t i = 0; i < l->nrates; i++)
+        if (l->rates[i].burst < most)
+            most = l->rates[i].burst;
+    return most;
+}
+
+// Whether a rate's parameters are usable.
+static bool rate_ok(double ns_per_token, double burst, double initial)
+{
+    return positive(ns_per_token) && positive(burst) && initial >= 0 && initial <= burst &&
+           burst * ns_per_token <= (double)TB_MAX_SPAN;
+}
+
+/* ---- set-up ---- */
+
+tb_status tb_limits_init(tb_limits *l, double ns_per_token, double burst, double initial)
+{
+    if (!rate_ok(ns_per_token, burst, initial))
+        return TB_EINVAL;
+    *l = (tb_limits){.paused_until = INT64_MIN};
+    return tb_limits_add_rate(l, ns_per_token, burst, initial);
+}
+
+tb_status tb_limits_init_window(tb_limits *l, tb_ns period, double limit)
+{
+    if (period <= 0 || period > TB_MAX_SPAN || !positive(limit))
+        return TB_EINVAL;
+    *l = (tb_limits){.paused_until = INT64_MIN};
+    l->window.log = malloc(MIN_LOG * sizeof *l->window.log);
+    if (l->window.log == NULL)
+        return TB_ENOMEM;
+    l->window.log_capacity = MIN_LOG;
+    l->window.period = period;
+    l->window.limit = limit;
+    l->max_amount = limit;
+    debug_check(l);
+    return TB_OK;
+}
+
+tb_status tb_limits_add_rate(tb_limits *l, double ns_per_token, double burst, double initial)
+{
+    if (l->nrates == TB_MAX_RATES || l->anchored || !rate_ok(ns_per_token, burst, initial))
+        return TB_EINVAL;
+    l->rates[l->nrates++] = (tb_rate){
+        .ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token, .initial = initial};
+    l->max_amount = most_grantable(l);
+    l->plain = l->nrates == 1 && l->window.period == 0 && l->paused_until == INT64_MIN;
+    debug_check(l);
+    return TB_OK;
+}
+
+void tb_limits_release(tb_limits *l)
+{
+    free(l->window.log);
+    l->window.log = NULL;
+    l->window.log_capacity = l->window.log_count = 0;
+}
+
+/* ---- grants ---- */
+
+void tb_limits_anchor(tb_limits *l, tb_ns now)
+{
+    if (l->anchored)
+        return;
+    l->anchored = true;
+    for (uint32_t i = 0; i < l->nrates; i++) {
+        const tb_rate *r = &l->rates[i];
+        l->state[i] = (tb_gcra){.full_at = now};
+        advance(&l->state[i], (r->burst - r->initial) * r->ns_per_token);
+    }
+}
+
+double tb_limits_tokens(tb_limits *l, tb_ns now)
+{
+    tb_limits_anchor(l, now);
+    if (now < l->paused_until)
+        return 0;
+    double tokens = l->window.period ? l->window.limit - window_used(&l->window, now) : INFINITY;
+    for (uint32_t i = 0; i < l->nrates; i++) {
+        double held = rate_tokens(&l->rates[i], &l->state[i], now);
+        if (held < tokens)
+            tokens = held;
+    }
+    return tokens > 0 ? tokens : 0;
+}
+
+bool tb_limits_fits(tb_limits *l, double amount, tb_ns now)
+{
+    tb_limits_anchor(l, now);
+    return all_fit(l, amount, now);
+}
+
+tb_ns tb_limits_fit_at(tb_limits *l, double amount, tb_ns t)
+{
+    tb_limits_anchor(l, t);
+    return all_fit_at(l, amount, t);
+}
+
+// The late credit in nanoseconds: late_credit of a token of the fastest rate (none for a window).
+static tb_ns late_credit_ns(const tb_limits *l)
+{
+    double fastest = INFINITY;
+    for (uint32_t i = 0; i < l->nrates; i++)
+        if (l->rates[i].ns_per_token < fastest)
+            fastest = l->rates[i].ns_per_token;
+    return l->nrates ? (tb_ns)(l->late_credit * fastest) : 0;
+}
+
+tb_ns tb_limits_credited_at(tb_limits *l, double amount, tb_ns now)
+{
+    tb_limits_anchor(l, now);
+    tb_ns ready = all_fit_at(l, amount, now - late_credit_ns(l));
+    return ready < now ? ready : now;
+}
+
+void tb_limits_take(tb_limits *l, double amount, tb_ns rates_at, tb_ns now)
+{
+    tb_limits_anchor(l, now);
+    take_all(l, amount, rates_at, now);
+    debug_check(l);
+}
+
+bool tb_limits_take_now(tb_limits *l, double amount, tb_ns now)
+{
+    tb_limits_anchor(l, now);
+    if (l->plain) {  /* the uncontended path of a plain limiter, kept short */
+        const tb_rate *r = &l->rates[0];
+        double need = amount * r->ns_per_token;
+        if (!fits(r, &l->state[0], need, now))
+            return false;
+        consume(&l->state[0], need, now);
+        debug_check(l);
+        return true;
+    }
+    if (!all_fit(l, amount, now))
+        return false;
+    take_all(l, amount, now, now);
+    debug_check(l);
+    return true;
+}
+
+void tb_limits_refund(tb_limits *l, double amount, tb_ns now)
+{
+    tb_limits_anchor(l, now);
+    for (uint32_t i = 0; i < l->nrates; i++)
+        retreat(&l->state[i], amount * l->rates[i].ns_per_token);
+    window_unrecord(&l->window, amount);
+    debug_check(l);
+}
+
+/* ---- projection ---- */
+
+// Grant instant of amount behind the amounts ahead, found by granting them in order on a copy of the limits.
+static tb_ns simulated_grant(const tb_limits *l, const tb_ahead *ahead, double amount, tb_ns now)
+{
+    tb_limits copy = *l;  /* owns a copy of the window's log */
+    copy.window.log = NULL;
+    copy.window.log_first = copy.window.log_capacity = copy.window.log_count = 0;
+    if (l->window.period) {
+        copy.window.log_capacity = l->window.log_count + (uint32_t)ahead->count + 1;
+        copy.window.log = malloc((size_t)copy.window.log_capacity * sizeof *copy.window.log);
+        if (copy.window.log == NULL)
+            return TB_NEVER;  /* cannot tell: promise nothing */
+        for (uint32_t i = 0; i < l->window.log_count; i++)
+            copy.window.log[i] = *log_at(&l->window, i);
+        copy.window.log_count = l->window.log_count;
+    }
+    tb_ns t = now;
+    double next;
+    while (t != TB_NEVER && ahead->next(ahead->cursor, &next)) {
+        t = all_fit_at(&copy, next, t);
+        if (t != TB_NEVER)
+            take_all(&copy, next, t, t);
+    }
+    if (t != TB_NEVER)
+        t = all_fit_at(&copy, amount, t);
+    free(copy.window.log);
+    return t;
+}
+
+tb_ns tb_limits_projection(tb_limits *l, const tb_ahead *ahead, double amount, tb_ns now)
+{
+    tb_limits_anchor(l, now);
+    if (l->nrates != 1 || l->window.period || l->paused_until > now)
+        return simulated_grant(l, ahead, amount, now);
+    /* One rate: amount is granted once it and all before it fit in a bucket full at F. */
+    const tb_rate *rate = &l->rates[0];
+    double need = (ahead->total + amount) * rate->ns_per_token;
+    if (need <= rate->burst_ns)
+        return rate_fit_at(rate, &l->state[0], need, now);
+    tb_gcra full = l->state[0];
+    if (full_before(&full, now))
+        full = (tb_gcra){.full_at = now};
+    double beyond = need - rate->burst_ns;
+    if (!(beyond < HORIZON && beyond < HORIZON - (double)full.full_at))
+        return TB_NEVER;  /* a long queue at a slow rate: int64 nanoseconds would overflow */
+    advance(&full, beyond);  /* max(F, now) + need - burst_ns */
+    tb_ns t = full.full_at + (full.full_at_frac > 0);
+    return t > now ? t : now;
+}
+
+bool tb_limits_full(const tb_limits *l, tb_ns now)
+{
+    if (!l->anchored)
+        return true;
+    if (l->paused_until > now || (l->window.period && window_used(&l->window, now) > 0))
+        return false;
+    for (uint32_t i = 0; i < l->nrates; i++)
+        if (debt(&l->state[i], now) > 0)
+            return false;
+    return true;
+}
+
+/* ---- changes ---- */
+
+void tb_limits_set_late_credit(tb_limits *l, double tokens)
+{
+    l->late_credit = tokens > 0 && tokens < 1 ? tokens : 0;
+}
+
+tb_status tb_limits_set_rate(tb_limits *l, uint32_t index, double ns_per_token, double burst, tb_ns now)
+{
+    if (index >= l->nrates || !rate_ok(ns_per_token, burst, 0))
+        return TB_EINVAL;
+    tb_limits_anchor(l, now);
+    tb_rate *r = &l->rates[index];
+    double tokens = rate_tokens(r, &l->state[index], now);
+    *r = (tb_rate){.ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token};
+    l->state[index] = (tb_gcra){.full_at = now};
+    advance(&l->state[index], (burst - (tokens < burst ? tokens : burst)) * ns_per_token);
+    l->max_amount = most_grantable(l);
+    debug_check(l);
+    return TB_OK;
+}
+
+tb_status tb_limits_set_window(tb_limits *l, tb_ns period, double limit)
+{
+    if (l->window.period == 0 || period <= 0 || period > TB_MAX_SPAN || !positive(limit))
+        return TB_EINVAL;
+    l->window.period = period;
+    l->window.limit = limit;
+    l->max_amount = most_grantable(l);
+    debug_check(l);
+    return TB_OK;
+}
+
+void tb_limits_pause_until(tb_limits *l, tb_ns until)
+{
+    if (until > l->paused_until) {
+        l->paused_until = until;
+        l->plain = false;
+    }
+}
+
+void tb_limits_rebase(tb_limits *l, tb_ns then, tb_ns now)
+{
+    if (!l->anchored)
+        return;
+    tb_ns shift = now - then;
+    for (uint32_t i = 0; i < l->nrates; i++)
+        l->state[i].full_at += shift;
+    for (uint32_t i = 0; i < l->window.log_count; i++)
+        log_at(&l->window, i)->at += shift;
+    if (l->paused_until != INT64_MIN)
+        l->paused_until += shift;
+    debug_check(l);
+}
+
+int tb_limits_check(const tb_limits *l)
+{
+    if (l->nrates > TB_MAX_RATES || (l->nrates == 0 && l->window.period == 0))
+        return 1;
+    for (uint32_t i = 0; i < l->nrates; i++) {
+        const tb_rate *r = &l->rates[i];
+        if (!positive(r->ns_per_token) || !positive(r->burst) || r->burst_ns != r->burst * r->ns_per_token)
+            return 1;
+        if (!(l->state[i].full_at_frac >= 0.0 && l->state[i].full_at_frac < 1.0))
+            return 2;
+    }
+    if (l->max_amount != most_grantable(l))
+        return 1;
+    const tb_window *w = &l->window;
+    if (w->period && (w->log_count > w->log_capacity || w->log_first >= w->log_capacity))
+        return 10;
+    for (uint32_t i = 1; i < w->log_count; i++)
+        if (log_at(w, i)->at < log_at(w, i - 1)->at || !positive(log_at(w, i)->amount))
+            return 10;
+    return 0;
+}

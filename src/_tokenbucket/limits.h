@@ -1,0 +1,129 @@
+/* The limits of aiotb's core: pure token arithmetic, with no queue and no clock.
+ *
+ * A grant must satisfy every limit at once: up to TB_MAX_RATES rates (GCRA: each keeps the instant
+ * F at which it is full again), an optional strict sliding window, and a pause. Every operation
+ * takes the caller's time, in nanoseconds on whatever monotonic clock the caller uses; the first
+ * reading anchors the rates (each holds its initial tokens then). Token amounts are doubles; F is
+ * kept as whole nanoseconds plus a fraction, so refill never drifts. */
+#ifndef AIOTB_LIMITS_H
+#define AIOTB_LIMITS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int64_t tb_ns;                   /* an instant or a span, in nanoseconds */
+#define TB_NEVER INT64_MAX               /* "no deadline" / "no one waits" */
+#define TB_MAX_SPAN ((tb_ns)1 << 61)     /* longest refill of a full bucket: ~73 years */
+#define TB_MAX_RATES 4
+
+typedef enum {
+    TB_OK = 0,
+    TB_EINVAL,          /* a parameter is out of range */
+    TB_ENOMEM,          /* memory could not grow */
+    TB_ETOOLATE,        /* the grant could not come by the deadline */
+} tb_status;
+
+/* One rate's parameters: refill of one token every ns_per_token, at most burst tokens. */
+typedef struct {
+    double ns_per_token;  /* time to refill one token */
+    double burst;         /* capacity, in tokens */
+    double burst_ns;      /* burst * ns_per_token: the most debt the rate may carry */
+    double initial;       /* tokens at the first reading of the clock */
+} tb_rate;
+
+/* One rate's state: the instant F it is full again. */
+typedef struct {
+    tb_ns full_at;        /* whole nanoseconds of F */
+    double full_at_frac;  /* its fraction of a nanosecond, in [0, 1) */
+} tb_gcra;
+
+typedef struct {
+    tb_ns at;             /* when it was granted */
+    double amount;
+} tb_grant;
+
+/* A strict sliding window: at most limit tokens granted in any [t, t + period). */
+typedef struct {
+    tb_ns period;         /* 0: no window */
+    double limit;
+    tb_grant *log;        /* ring of the grants that may still be inside a window, oldest first */
+    uint32_t log_capacity, log_first, log_count;
+} tb_window;
+
+typedef struct {
+    tb_rate rates[TB_MAX_RATES];  /* every one must allow a grant: several rates are checked atomically */
+    uint32_t nrates;
+    tb_gcra state[TB_MAX_RATES];  /* F of each rate, set at the first reading of the clock */
+    tb_window window;
+    tb_ns paused_until;   /* no grant before this instant */
+    double max_amount;    /* the most any single grant may take: the smallest burst or window limit */
+    bool anchored;        /* the first reading of the clock has set every F */
+    bool plain;           /* one rate, no window, never paused: tb_limits_take_now's short path applies */
+    double late_credit;   /* how late a waiter's grant may be taken as of its ready instant, in time of
+                           * one token of the fastest rate */
+} tb_limits;
+
+// Writes the next amount into *amount; false once there is none left.
+typedef bool (*tb_next_amount)(void *cursor, double *amount);
+
+/* The amounts queued ahead of a projected grant, in the order they will be granted. */
+typedef struct {
+    double total;         /* their sum */
+    size_t count;         /* how many there are */
+    tb_next_amount next;  /* yields them one by one from cursor */
+    void *cursor;
+} tb_ahead;
+
+/* Sets up limits of one rate; TB_OK, or TB_EINVAL if a parameter is out of range. */
+tb_status tb_limits_init(tb_limits *l, double ns_per_token, double burst, double initial);
+/* Sets up limits of a strict sliding window only; TB_OK, TB_EINVAL or TB_ENOMEM. */
+tb_status tb_limits_init_window(tb_limits *l, tb_ns period, double limit);
+/* Adds a rate that every grant must also satisfy (before the first reading); TB_OK or TB_EINVAL. */
+tb_status tb_limits_add_rate(tb_limits *l, double ns_per_token, double burst, double initial);
+/* Frees the window's log. */
+void tb_limits_release(tb_limits *l);
+
+/* Takes now as the first reading of the clock, when there was none: each rate holds its initial tokens. */
+void tb_limits_anchor(tb_limits *l, tb_ns now);
+/* Tokens available at now (never negative, at most the smallest burst or window limit). */
+double tb_limits_tokens(tb_limits *l, tb_ns now);
+/* Whether every limit grants amount at now. */
+bool tb_limits_fits(tb_limits *l, double amount, tb_ns now);
+/* The first instant >= t at which every limit grants amount; TB_NEVER only for amount > max_amount. */
+tb_ns tb_limits_fit_at(tb_limits *l, double amount, tb_ns t);
+/* The instant a grant of amount that fits at now is taken as of: the first instant it fitted, but
+ * not before late_credit (of a token of the fastest rate) before now. */
+tb_ns tb_limits_credited_at(tb_limits *l, double amount, tb_ns now);
+/* Grants amount, which must fit: the rates as of rates_at (<= now), the window at now. */
+void tb_limits_take(tb_limits *l, double amount, tb_ns rates_at, tb_ns now);
+/* Grants amount at now if every limit allows it; returns whether it did. */
+bool tb_limits_take_now(tb_limits *l, double amount, tb_ns now);
+/* Gives back amount tokens granted earlier and never used. */
+void tb_limits_refund(tb_limits *l, double amount, tb_ns now);
+/* The instant amount is granted behind the amounts ahead, granted in order as soon as each fits,
+ * if nothing else changes; TB_NEVER if that is at 2^62 ns or later, or 2^62 ns or more after a
+ * full bucket (past every deadline now + TB_MAX_SPAN on a clock within +-TB_MAX_SPAN), or if
+ * memory for the simulation is short. */
+tb_ns tb_limits_projection(tb_limits *l, const tb_ahead *ahead, double amount, tb_ns now);
+/* Whether the limits are as good as new at now: every rate full, no grant inside the window
+ * ending at now, no pause after now (true before the first reading). */
+bool tb_limits_full(const tb_limits *l, tb_ns now);
+
+/* Sets the late credit in time of one token of the fastest rate: values outside (0, 1) mean 0. */
+void tb_limits_set_late_credit(tb_limits *l, double tokens);
+/* Changes rate index to a new refill and capacity as of now, keeping the tokens it holds (at
+ * most the new burst); TB_OK, or TB_EINVAL. */
+tb_status tb_limits_set_rate(tb_limits *l, uint32_t index, double ns_per_token, double burst, tb_ns now);
+/* Changes the window's period and limit, keeping its log of grants; TB_OK, or TB_EINVAL (also
+ * for limits without a window). */
+tb_status tb_limits_set_window(tb_limits *l, tb_ns period, double limit);
+/* No grant before until (a later call can only move it later). */
+void tb_limits_pause_until(tb_limits *l, tb_ns until);
+/* Moves the limits onto another clock, on which the old clock's then reads now. */
+void tb_limits_rebase(tb_limits *l, tb_ns then, tb_ns now);
+
+/* 0 if every invariant of the limits holds, else the number of the broken one (1, 2 or 10). */
+int tb_limits_check(const tb_limits *l);
+
+#endif

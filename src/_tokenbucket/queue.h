@@ -1,0 +1,134 @@
+/* The bucket of aiotb's core: limits (limits.h) with a queue of waiters in front of them.
+ *
+ * Waiters are granted in queue order (FIFO, or smallest amount first), each as soon as every limit
+ * allows it; a newcomer takes free tokens at once unless it must queue behind them. A waiter is the
+ * caller's opaque handle, never dereferenced nor owned. Like the limits, the bucket reads no clock:
+ * every operation takes the caller's now. It reaches the limits only through limits.h's fit_at,
+ * credited_at, take, take_now, refund, tokens, projection and full (and passes changes on), so the
+ * same queue can sit on limits kept elsewhere. Statistics are counted here, once. */
+#ifndef AIOTB_QUEUE_H
+#define AIOTB_QUEUE_H
+
+#include "limits.h"
+
+typedef enum {
+    TB_FIFO,            /* waiters are granted in arrival order */
+    TB_SMALLEST_FIRST,  /* smallest amount first, arrival order among equals */
+} tb_order;
+
+typedef uint64_t tb_id;   /* a queued waiter: (enqueue sequence << 32) | slot */
+
+typedef struct {
+    double amount;        /* tokens asked for */
+    tb_ns deadline;       /* latest acceptable grant, TB_NEVER if none */
+    tb_ns enqueued_at;    /* when it was queued, for the wait statistics */
+    void *handle;         /* the caller's object for this waiter; never dereferenced */
+    uint32_t sequence;    /* low bits of the enqueue count; 0 marks a free slot */
+    uint32_t prev, next;  /* queue links (next also chains free slots) */
+} tb_waiter;
+
+typedef struct {
+    uint64_t granted;          /* grants kept: a refunded grant is taken back out */
+    double granted_tokens;     /* their tokens */
+    uint64_t waits;            /* grants that had to queue first (counted at grant) */
+    double wait_ns_total;      /* their waits, ns from enqueue to the grant instant */
+    tb_ns wait_ns_max;         /* the longest of them */
+    uint64_t cancelled;        /* waiters withdrawn or skipped before their grant, grants refunded,
+                                * waiters stranded */
+    uint64_t timeouts;         /* enqueues refused with TB_ETOOLATE */
+} tb_stats;
+
+typedef struct {
+    tb_limits limits;     /* what every grant must satisfy */
+    tb_order order;
+    bool fair;            /* newcomers queue behind waiters even when tokens are free */
+    tb_waiter *slots;     /* slab of waiters, linked into the queue and a free list */
+    uint32_t capacity;    /* slots allocated */
+    uint32_t head, tail;  /* ends of the queue, TB_NIL when empty */
+    uint32_t free;        /* first free slot, TB_NIL if none */
+    uint32_t enqueued;    /* enqueue count, wrapping; never 0 in a live slot */
+    size_t waiting;       /* waiters in the queue */
+    size_t with_deadline; /* of which have a deadline */
+    double queued_tokens; /* sum of their amounts: a running sum... */
+    double queued_error;  /* ...and its compensation (Neumaier), so past amounts leave no rounding behind */
+    tb_stats stats;
+} tb_bucket;
+
+#define TB_NIL UINT32_MAX
+
+/* What tb_grant_due does with a waiter that can be granted now. */
+typedef enum {
+    TB_SKIP = 0,        /* removes it without taking tokens: its caller gave up */
+    TB_GRANT = 1,       /* grants it */
+    TB_STOP = -1,       /* ends the pass, leaving it queued */
+} tb_verdict;
+
+/* Asked about each waiter at the head that can be granted now (its handle and amount); must not call
+ * into the bucket. */
+typedef tb_verdict (*tb_decide)(void *ctx, void *handle, double amount);
+
+/* Sets up an empty bucket with one rate; TB_OK, or TB_EINVAL if a parameter is out of range. */
+tb_status tb_init(tb_bucket *b, double ns_per_token, double burst, double initial,
+                  bool fair, tb_order order);
+/* Sets up an empty bucket limited only by a strict sliding window; TB_OK, TB_EINVAL or TB_ENOMEM. */
+tb_status tb_init_window(tb_bucket *b, tb_ns period, double limit, bool fair, tb_order order);
+/* Adds a rate that every grant must also satisfy (before any use); TB_OK or TB_EINVAL. */
+tb_status tb_add_rate(tb_bucket *b, double ns_per_token, double burst, double initial);
+/* Frees the bucket's memory; handles still queued are forgotten, not released. */
+void tb_release(tb_bucket *b);
+
+/* Tokens available at now (never negative, at most burst). */
+double tb_tokens(tb_bucket *b, tb_ns now);
+/* Whether a newcomer asking for amount at now would be granted without waiting. */
+bool tb_can_take(tb_bucket *b, double amount, tb_ns now);
+/* Grants amount at now if a newcomer may have it without waiting, counting the grant; returns whether it did. */
+bool tb_take(tb_bucket *b, double amount, tb_ns now);
+
+/* Queues a waiter. TB_OK with *id set; TB_ETOOLATE if its grant cannot come by deadline (nothing
+ * queued, a timeout counted); TB_EINVAL for an amount outside (0, max_amount] or a deadline in
+ * smallest-first order; TB_ENOMEM. */
+tb_status tb_enqueue(tb_bucket *b, double amount, tb_ns now, tb_ns deadline,
+                     void *handle, tb_id *id);
+/* Removes a queued waiter without granting it, counting it cancelled; returns its handle, or NULL
+ * if id is not queued. */
+void *tb_withdraw(tb_bucket *b, tb_id id);
+/* Removes the head waiter without granting it, counting it cancelled; returns its handle, or NULL
+ * if none waits. */
+void *tb_withdraw_head(tb_bucket *b);
+/* Removes, in queue order, every waiter that can be granted at now, asking decide about each (a
+ * granted one takes its tokens as of its ready instant, or late_credit before now if later, and is
+ * counted); returns the first instant >= now at which the new head can be granted, TB_NEVER if
+ * none waits (now after TB_STOP). Once decide returned TB_GRANT or TB_SKIP, the waiter is gone
+ * and its handle is the caller's again. */
+tb_ns tb_grant_due(tb_bucket *b, tb_ns now, tb_decide decide, void *ctx);
+/* The instant a waiter for amount queued now would be granted, if nothing ahead changes;
+ * TB_NEVER if that is at 2^62 ns or later, or 2^62 ns or more after a full bucket: past
+ * every deadline now + TB_MAX_SPAN on a clock within +-TB_MAX_SPAN. */
+tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now);
+/* Removes one queued waiter that can no longer be granted as promised, counting it cancelled,
+ * and returns its handle, setting *never if its amount is above the capacity (else its projected
+ * grant misses its deadline); NULL if there is none. */
+void *tb_withdraw_stranded(tb_bucket *b, tb_ns now, bool *never);
+/* Gives back amount tokens of a grant never used, taking the grant out of the statistics. */
+void tb_refund(tb_bucket *b, double amount, tb_ns now);
+
+/* Sets how much of a late wake-up a head's grant is credited for, in time of one token of the
+ * fastest rate (0 after tb_init): below 1, timer lateness does not slow the rate, a longer
+ * stall is not made up, and no interval of length t sees a whole token over burst + rate*t. */
+void tb_set_late_credit(tb_bucket *b, double tokens);
+/* Changes rate index to a new refill and capacity as of now, keeping the tokens it holds (at
+ * most the new burst); TB_OK, or TB_EINVAL. Queued waiters keep their place. */
+tb_status tb_set_rate(tb_bucket *b, uint32_t index, double ns_per_token, double burst, tb_ns now);
+/* Changes the window's period and limit, keeping its log of grants; TB_OK or TB_EINVAL. */
+tb_status tb_set_window(tb_bucket *b, tb_ns period, double limit);
+/* No grant before until (a later call can only move it later). */
+void tb_pause_until(tb_bucket *b, tb_ns until);
+/* Moves the bucket onto another clock, on which the old clock's then reads now. */
+void tb_rebase(tb_bucket *b, tb_ns then, tb_ns now);
+/* Whether the bucket is as good as new at now: no waiter, and its limits full. */
+bool tb_as_good_as_new(tb_bucket *b, tb_ns now);
+
+/* 0 if every invariant of the bucket holds, else the number of the broken one. */
+int tb_check(const tb_bucket *b);
+
+#endif
