@@ -3,6 +3,7 @@
 AIOTB_NO_EXTENSIONS=1  install the pure-Python twin only
 AIOTB_DEBUG_BUILD=1    -O0 -g, asserts on, warnings are errors
 AIOTB_SANITIZE=1       AddressSanitizer + UndefinedBehaviorSanitizer (implies the debug build)
+AIOTB_PUBLIC_CLOCK=1   read the running loop through public API only (binding/clock.h); the default on 3.14+
 """
 
 import glob
@@ -23,6 +24,8 @@ def extensions() -> list:
     link_args = ["-flto"]
     if _flag("AIOTB_DEBUG_BUILD") or _flag("AIOTB_SANITIZE"):
         compile_args += ["-O0", "-g", "-UNDEBUG", "-Wall", "-Wextra", "-Werror"]
+    if _flag("AIOTB_PUBLIC_CLOCK"):
+        compile_args.append("-DAIOTB_PUBLIC_CLOCK")
     if _flag("AIOTB_SANITIZE"):
         sanitize = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
         compile_args += sanitize

@@ -89,10 +89,8 @@ typedef struct {
     tb_ns last_now;     /* the latest reading of the clock */
     PyObject *domain;   /* the loop whose own clock core times are on; NULL: CLOCK_MONOTONIC */
     tb_proof proof;     /* the running loop's clock, proven CLOCK_MONOTONIC */
-#if PY_VERSION_HEX < 0x030C0000
-    uint64_t seen_thread;       /* 3.11: the thread and context version in which proof.loop was last */
-    uint64_t seen_context_ver;  /* found to be the running loop (see clock.h); thread 0: never */
-#endif
+    uint64_t seen_thread;       /* the thread and context version in which proof.loop was last found */
+    uint64_t seen_context_ver;  /* to be the running loop (3.11-3.13, see clock.h); thread 0: never */
 } BucketObject;
 
 #endif
