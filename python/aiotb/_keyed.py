@@ -32,7 +32,7 @@ class KeyedLimiter:
     def __getitem__(self, key: Hashable) -> Limiter:
         limiters = self._limiters
         held = limiters.get(key)
-        limiter = held() if isinstance(held, weakref.ref) else held
+        limiter: Limiter | None = held() if isinstance(held, weakref.ref) else held
         if limiter is None:
             limiter = self.limiter_class(*self._args, **self._options)
         limiters[key] = limiter  # held strongly again while in use

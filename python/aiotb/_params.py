@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Sequence, cast
 
 from ._core import MAX_SPAN
 
@@ -23,8 +23,8 @@ def real(name: str, value: object) -> float:
         raise TypeError(f"{name} must be a real number, got {value!r}")
     try:
         return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
+    except OverflowError:  # an integer beyond the float range
+        return math.inf if cast(float, value) > 0 else -math.inf
 
 
 def positive(name: str, value: object) -> float:

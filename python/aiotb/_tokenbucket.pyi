@@ -1,6 +1,6 @@
 """The C engine of aiotb (src/_tokenbucket/); the pure-Python twin aiotb._bucket_py has the same interface."""
 
-from typing import Any, Coroutine, Final, Generator
+from typing import Any, Coroutine, Final, Generator, Self
 
 IMPLEMENTATION: Final[str]
 MAX_SPAN: Final[int]
@@ -24,7 +24,7 @@ class Acquisition(Coroutine[Any, Any, None]):
 class Bucket:
     """The limiter's engine: limits, waiter queue, clock and fast path. Subclasses configure it in
     ``__init__`` and provide the wait as ``_wait(amount, timeout)``."""
-    def __new__(cls, *args: Any, **kwargs: Any) -> Bucket: ...
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self: ...
     @property
     def tokens(self) -> float:
         """Tokens available now."""
