@@ -275,7 +275,7 @@ def test_bad_constructor_options(lib, kwargs, error, text):
 def test_rates_out_of_range(lib):
     with pytest.raises(ValueError, match="max_rate / time_period is out of range"):
         lib.Limiter(1e-308, 1e300)
-    with pytest.raises(ValueError, match="burst 1e\\+300 would take over 73 years"):
+    with pytest.raises(ValueError, match="burst 1e\\+300 would take over 9 years"):
         lib.Limiter(1, 1, burst=1e300)
     assert lib.Limiter(Fraction(1, 3), 1).max_rate == pytest.approx(1 / 3)
 

@@ -64,7 +64,7 @@ CONSTRUCTOR_TABLE: dict[str, dict[str, Any]] = {
     },
     "burst": positive("burst") | {
         "None": OK,  # the default: max_rate
-        "1e308": (ValueError, r"^burst 1e\+308 would take over 73 years to refill at 10 per 1 s$"),
+        "1e308": (ValueError, r"^burst 1e\+308 would take over 9 years to refill at 10 per 1 s$"),
         "1e-308": (ValueError, r"^burst must be >= 1, the default amount, got 1e-308$"),
     },
     "initial": {

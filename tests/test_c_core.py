@@ -1,4 +1,5 @@
-"""The pure C core's own unit tests (tests/c/), compiled with the system C compiler and run.
+"""The pure C core's own unit tests (tests/c/), compiled with the system C compiler and run:
+test_limits.c holds the limits (limits.c) alone, test_queue.c the bucket (queue.c over limits.c).
 
 ``CC`` picks the compiler (default ``cc``); ``AIOTB_SANITIZE=1`` builds them under
 AddressSanitizer and UBSan. A missing compiler fails the test rather than skipping it:
@@ -14,9 +15,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "src" / "_tokenbucket"
-SOURCES = [ROOT / "tests" / "c" / "test_tokenbucket.c", CORE / "tokenbucket.c"]
+TESTS = ROOT / "tests" / "c"
+SOURCES = {
+    "test_limits": [TESTS / "test_limits.c", CORE / "limits.c"],
+    "test_queue": [TESTS / "test_queue.c", CORE / "queue.c", CORE / "limits.c"],
+}
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1"]
 SUMMARY = re.compile(r"(\d+) passed, (\d+) failed")
 
@@ -28,13 +35,14 @@ def compiler() -> list[str]:
     return command
 
 
-def test_c_core_unit_tests(tmp_path: Path) -> None:
+@pytest.mark.parametrize("program", sorted(SOURCES))
+def test_c_core_unit_tests(tmp_path: Path, program: str) -> None:
     flags = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2"]
     if os.environ.get("AIOTB_SANITIZE") == "1":
         flags += SANITIZE  # the later -O1 wins: sanitizer reports stay readable
-    binary = tmp_path / "test_tokenbucket"
+    binary = tmp_path / program
     build = subprocess.run(
-        [*compiler(), *flags, f"-I{CORE}", *map(str, SOURCES), "-o", str(binary), "-lm"],
+        [*compiler(), *flags, f"-I{CORE}", f"-I{TESTS}", *map(str, SOURCES[program]), "-o", str(binary), "-lm"],
         capture_output=True,
         text=True,
     )

@@ -26,6 +26,7 @@ from profiles import LONG, size
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "src" / "_tokenbucket"
 HARNESS = ROOT / "tests" / "fuzz" / "fuzz_tokenbucket.c"
+SOURCES = [CORE / "queue.c", CORE / "limits.c"]
 CORPUS = ROOT / "tests" / "fuzz" / "corpus"
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 EXECUTIONS = size(200_000, 10_000_000)
@@ -35,7 +36,7 @@ WORKERS = 2 if LONG else 1
 def _compile(command: list[str], output: Path, *flags: str) -> None:
     build = subprocess.run(
         [*command, "-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Werror", *flags, f"-I{CORE}",
-         str(HARNESS), str(CORE / "tokenbucket.c"), "-lm", "-o", str(output)],
+         str(HARNESS), *map(str, SOURCES), "-lm", "-o", str(output)],
         check=False, capture_output=True, text=True,
     )
     assert build.returncode == 0, f"compiling the fuzz harness failed:\n{build.stderr}"

@@ -326,7 +326,7 @@ def test_the_queued_sum_does_not_drift(lib, vrun):
     import math
 
     async def main() -> int:
-        limiter = lib.Limiter(1, 2.147483648, burst=2**30, initial=0)  # a full bucket refills in 2^61 ns
+        limiter = lib.Limiter(1, 0.268435456, burst=2**30, initial=0)  # a full bucket refills in 2^58 ns, the most
         big, small = 0.9 * 2**30, 1.07
         for _ in range(100):
             tasks = [asyncio.create_task(limiter.acquire(amount)) for amount in (big, small, big / 3, small * 3)]

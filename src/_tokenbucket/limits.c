@@ -5,8 +5,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define HORIZON 0x1p62  /* ns: projections this far read TB_NEVER, past any deadline now + TB_MAX_SPAN */
+#define HORIZON TB_MAX_SPAN  /* ns: projections this far read TB_NEVER, so F stays below 2^63 ticks */
 #define MIN_LOG 16u     /* grants the window's first log holds */
+#define REPLAY_UP_TO 64 /* amounts ahead a one-rate projection replays exactly, rather than bound */
 
 #ifndef NDEBUG
 #define debug_check(l) assert(tb_limits_check(l) == 0)
@@ -14,102 +15,84 @@
 #define debug_check(l) ((void)0)
 #endif
 
-/* ---- one rate: GCRA's "full again at" instant, F = full_at + full_at_frac ---- */
+/* ---- one rate: GCRA's "full again at" instant F, in ticks ---- */
 
 // Whether x is a finite number > 0.
 static bool positive(double x) { return x > 0 && isfinite(x); }
 
-// The whole nanoseconds of a span in [0, 2^63): floor() by truncation, without a call into libm.
-static double whole_ns(double span)
+// A span of ns >= 0 in ticks, rounded up: what a grant of that span needs (INT64_MAX from 2^63 ticks).
+static int64_t ticks(double ns)
 {
-    return (double)(tb_ns)span;
+    double exact = ns * TB_TICKS_PER_NS;
+    if (!(exact < 0x1p63))
+        return INT64_MAX;
+    int64_t whole = (int64_t)exact;
+    return whole + ((double)whole < exact);
 }
 
-// Moves F later by span >= 0 nanoseconds.
-static void advance(tb_gcra *g, double span)
+// The instant now in ticks.
+static int64_t at_tick(tb_ns now) { return now * TB_TICKS_PER_NS; }
+
+// The first whole nanosecond at or after tick t.
+static tb_ns ns_from(int64_t t)
 {
-    double whole = whole_ns(span);
-    double frac = g->full_at_frac + (span - whole);
-    if (frac >= 1.0) {
-        frac -= 1.0;
-        whole += 1.0;
-    }
-    g->full_at += (tb_ns)whole;
-    g->full_at_frac = frac;
+    return t / TB_TICKS_PER_NS + (t % TB_TICKS_PER_NS > 0);
 }
 
-// Moves F earlier by span >= 0 nanoseconds.
-static void retreat(tb_gcra *g, double span)
+// The latest F a rate full at now may keep: a fuller one is just as full, and F stays in range.
+static tb_gcra full_since(tb_ns now) { return at_tick(now) - TB_TICKS_PER_NS; }
+
+// F - now in ticks: how long until the rate is full again (negative: full since then).
+static int64_t debt(tb_gcra f, tb_ns now)
 {
-    double whole = whole_ns(span);
-    double frac = g->full_at_frac - (span - whole);
-    if (frac < 0.0) {
-        frac += 1.0;
-        whole += 1.0;
-    }
-    if (frac >= 1.0) {  /* a borrow below the fraction's precision rounds to no borrow */
-        frac -= 1.0;
-        whole -= 1.0;
-    }
-    g->full_at -= (tb_ns)whole;
-    g->full_at_frac = frac;
+    return f - at_tick(now);
 }
 
-// F - now: how long until the rate is full again (negative: full since then).
-static double debt(const tb_gcra *g, tb_ns now)
+// Whether need ticks of tokens fit in the rate at now.
+static bool fits(const tb_rate *r, tb_gcra f, int64_t need, tb_ns now)
 {
-    return (double)(g->full_at - now) + g->full_at_frac;
+    int64_t owed = debt(f, now);
+    return (owed > 0 ? owed : 0) <= r->burst_ticks - need;
 }
 
-// Whether need nanoseconds of tokens fit in the rate at now.
-static bool fits(const tb_rate *r, const tb_gcra *g, double need, tb_ns now)
-{
-    double owed = debt(g, now);
-    return (owed > 0 ? owed : 0) + need <= r->burst_ns;
-}
-
-// Whether the rate has been full for at least a whole nanosecond at now (F <= now - 1).
+// Whether the rate has been full for at least a whole nanosecond at now (F <= now - 1 ns).
 // Refill younger than that is kept: a waiter granted at the first whole nanosecond after
-// its fractional ready instant must not lose the fraction, or every such grant would
+// its ready instant between two must not lose the ticks in between, or every such grant would
 // slow the rate down (and the projection, which assumes no loss, would promise too early).
-static bool full_before(const tb_gcra *g, tb_ns now)
+static bool full_before(tb_gcra f, tb_ns now)
 {
-    return g->full_at + (g->full_at_frac > 0) < now;
+    return f <= full_since(now);
 }
 
-// Takes need nanoseconds of tokens at now: F = max(F, now) + need, except that a rate
-// full for less than a nanosecond keeps its F (see full_before).
-static void consume(tb_gcra *g, double need, tb_ns now)
+// Takes need ticks of tokens at now: F = max(F, now) + need, except that a rate full for
+// less than a nanosecond keeps its F (see full_before).
+static void consume(tb_gcra *f, int64_t need, tb_ns now)
 {
-    if (full_before(g, now))
-        *g = (tb_gcra){.full_at = now};
-    advance(g, need);
+    if (full_before(*f, now))
+        *f = at_tick(now);
+    *f += need;
 }
 
-// First instant >= now at which need (<= burst_ns) nanoseconds of tokens fit.
-static tb_ns rate_fit_at(const tb_rate *r, const tb_gcra *g, double need, tb_ns now)
+// First instant >= now at which need (<= burst_ticks) ticks of tokens fit: F - t <= burst - need.
+static tb_ns rate_fit_at(const tb_rate *r, tb_gcra f, int64_t need, tb_ns now)
 {
-    if (fits(r, g, need, now))
-        return now;
-    /* F - t <= burst_ns - need  <=>  t >= full_at + (frac + need - burst_ns) */
-    tb_ns t = g->full_at + (tb_ns)ceil(g->full_at_frac + need - r->burst_ns);
-    if (t <= now)
-        t = now + 1;
-    while (!fits(r, g, need, t))        /* settle rounding of the closed form */
-        t++;
-    while (t - 1 > now && fits(r, g, need, t - 1))
-        t--;
-    return t;
+    return fits(r, f, need, now) ? now : ns_from(f - (r->burst_ticks - need));
 }
 
 // Tokens one rate holds at now.
-static double rate_tokens(const tb_rate *r, const tb_gcra *g, tb_ns now)
+static double rate_tokens(const tb_rate *r, tb_gcra f, tb_ns now)
 {
-    double owed = debt(g, now);
+    int64_t owed = debt(f, now);
     if (owed <= 0)
         return r->burst;
-    double tokens = r->burst - owed / r->ns_per_token;
+    double tokens = r->burst - (double)owed / TB_TICKS_PER_NS / r->ns_per_token;
     return tokens > 0 ? tokens : 0;
+}
+
+// F for a rate that holds tokens at now.
+static tb_gcra holding(const tb_rate *r, double tokens, tb_ns now)
+{
+    return at_tick(now) + ticks((r->burst - (tokens < r->burst ? tokens : r->burst)) * r->ns_per_token);
 }
 
 /* ---- the window: a log of grants, oldest first ---- */
@@ -209,7 +192,7 @@ static bool all_fit(const tb_limits *l, double amount, tb_ns t)
     if (t < l->paused_until)
         return false;
     for (uint32_t i = 0; i < l->nrates; i++)
-        if (!fits(&l->rates[i], &l->state[i], amount * l->rates[i].ns_per_token, t))
+        if (!fits(&l->rates[i], l->state[i], ticks(amount * l->rates[i].ns_per_token), t))
             return false;
     return window_fits(&l->window, amount, t);
 }
@@ -217,10 +200,12 @@ static bool all_fit(const tb_limits *l, double amount, tb_ns t)
 // First instant >= t at which every limit grants amount: each fits from some instant on, so the latest.
 static tb_ns all_fit_at(const tb_limits *l, double amount, tb_ns t)
 {
+    if (amount > l->max_amount)
+        return TB_NEVER;
     if (t < l->paused_until)
         t = l->paused_until;
     for (uint32_t i = 0; i < l->nrates; i++) {
-        tb_ns ready = rate_fit_at(&l->rates[i], &l->state[i], amount * l->rates[i].ns_per_token, t);
+        tb_ns ready = rate_fit_at(&l->rates[i], l->state[i], ticks(amount * l->rates[i].ns_per_token), t);
         if (ready > t)
             t = ready;
     }
@@ -232,7 +217,7 @@ static tb_ns all_fit_at(const tb_limits *l, double amount, tb_ns t)
 static void take_all(tb_limits *l, double amount, tb_ns rates_at, tb_ns now)
 {
     for (uint32_t i = 0; i < l->nrates; i++)
-        consume(&l->state[i], amount * l->rates[i].ns_per_token, rates_at);
+        consume(&l->state[i], ticks(amount * l->rates[i].ns_per_token), rates_at);
     window_record(&l->window, amount, now);
 }
 
@@ -283,8 +268,8 @@ tb_status tb_limits_add_rate(tb_limits *l, double ns_per_token, double burst, do
 {
     if (l->nrates == TB_MAX_RATES || l->anchored || !rate_ok(ns_per_token, burst, initial))
         return TB_EINVAL;
-    l->rates[l->nrates++] = (tb_rate){
-        .ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token, .initial = initial};
+    l->rates[l->nrates++] = (tb_rate){.ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token,
+                                      .initial = initial, .burst_ticks = ticks(burst * ns_per_token)};
     l->max_amount = most_grantable(l);
     l->plain = l->nrates == 1 && l->window.period == 0 && l->paused_until == INT64_MIN;
     debug_check(l);
@@ -305,11 +290,8 @@ void tb_limits_anchor(tb_limits *l, tb_ns now)
     if (l->anchored)
         return;
     l->anchored = true;
-    for (uint32_t i = 0; i < l->nrates; i++) {
-        const tb_rate *r = &l->rates[i];
-        l->state[i] = (tb_gcra){.full_at = now};
-        advance(&l->state[i], (r->burst - r->initial) * r->ns_per_token);
-    }
+    for (uint32_t i = 0; i < l->nrates; i++)
+        l->state[i] = holding(&l->rates[i], l->rates[i].initial, now);
 }
 
 double tb_limits_tokens(tb_limits *l, tb_ns now)
@@ -319,7 +301,7 @@ double tb_limits_tokens(tb_limits *l, tb_ns now)
         return 0;
     double tokens = l->window.period ? l->window.limit - window_used(&l->window, now) : INFINITY;
     for (uint32_t i = 0; i < l->nrates; i++) {
-        double held = rate_tokens(&l->rates[i], &l->state[i], now);
+        double held = rate_tokens(&l->rates[i], l->state[i], now);
         if (held < tokens)
             tokens = held;
     }
@@ -367,8 +349,8 @@ bool tb_limits_take_now(tb_limits *l, double amount, tb_ns now)
     tb_limits_anchor(l, now);
     if (l->plain) {  /* the uncontended path of a plain limiter, kept short */
         const tb_rate *r = &l->rates[0];
-        double need = amount * r->ns_per_token;
-        if (!fits(r, &l->state[0], need, now))
+        int64_t need = ticks(amount * r->ns_per_token);
+        if (!fits(r, l->state[0], need, now))
             return false;
         consume(&l->state[0], need, now);
         debug_check(l);
@@ -384,8 +366,11 @@ bool tb_limits_take_now(tb_limits *l, double amount, tb_ns now)
 void tb_limits_refund(tb_limits *l, double amount, tb_ns now)
 {
     tb_limits_anchor(l, now);
-    for (uint32_t i = 0; i < l->nrates; i++)
-        retreat(&l->state[i], amount * l->rates[i].ns_per_token);
+    for (uint32_t i = 0; i < l->nrates; i++) {
+        l->state[i] -= ticks(amount * l->rates[i].ns_per_token);
+        if (l->state[i] < full_since(now))
+            l->state[i] = full_since(now);
+    }
     window_unrecord(&l->window, amount);
     debug_check(l);
 }
@@ -409,13 +394,15 @@ static tb_ns simulated_grant(const tb_limits *l, const tb_ahead *ahead, double a
     }
     tb_ns t = now;
     double next;
-    while (t != TB_NEVER && ahead->next(ahead->cursor, &next)) {
+    while (t < HORIZON && ahead->next(ahead->cursor, &next)) {
         t = all_fit_at(&copy, next, t);
-        if (t != TB_NEVER)
+        if (t < HORIZON)
             take_all(&copy, next, t, t);
     }
-    if (t != TB_NEVER)
+    if (t < HORIZON)
         t = all_fit_at(&copy, amount, t);
+    if (t >= HORIZON)
+        t = TB_NEVER;
     free(copy.window.log);
     return t;
 }
@@ -423,21 +410,23 @@ static tb_ns simulated_grant(const tb_limits *l, const tb_ahead *ahead, double a
 tb_ns tb_limits_projection(tb_limits *l, const tb_ahead *ahead, double amount, tb_ns now)
 {
     tb_limits_anchor(l, now);
-    if (l->nrates != 1 || l->window.period || l->paused_until > now)
+    if (l->nrates != 1 || l->window.period || l->paused_until > now || ahead->count < REPLAY_UP_TO)
         return simulated_grant(l, ahead, amount, now);
-    /* One rate: amount is granted once it and all before it fit in a bucket full at F. */
+    /* One rate, a long queue: amount is granted once it and all before it fit in a bucket full
+     * at F. Each grant ahead rounds its need up by less than a tick: count ticks more, never early. */
     const tb_rate *rate = &l->rates[0];
-    double need = (ahead->total + amount) * rate->ns_per_token;
-    if (need <= rate->burst_ns)
-        return rate_fit_at(rate, &l->state[0], need, now);
-    tb_gcra full = l->state[0];
-    if (full_before(&full, now))
-        full = (tb_gcra){.full_at = now};
-    double beyond = need - rate->burst_ns;
-    if (!(beyond < HORIZON && beyond < HORIZON - (double)full.full_at))
-        return TB_NEVER;  /* a long queue at a slow rate: int64 nanoseconds would overflow */
-    advance(&full, beyond);  /* max(F, now) + need - burst_ns */
-    tb_ns t = full.full_at + (full.full_at_frac > 0);
+    double need = (ahead->total + amount) * rate->ns_per_token + (double)ahead->count / TB_TICKS_PER_NS;
+    if (!(need < (double)HORIZON))
+        return TB_NEVER;
+    int64_t need_ticks = ticks(need);
+    if (need_ticks <= rate->burst_ticks) {
+        tb_ns t = rate_fit_at(rate, l->state[0], need_ticks, now);
+        return t < HORIZON ? t : TB_NEVER;
+    }
+    tb_gcra full = full_before(l->state[0], now) ? at_tick(now) : l->state[0];
+    if (!((double)full / TB_TICKS_PER_NS + need < (double)HORIZON))
+        return TB_NEVER;  /* a long queue at a slow rate */
+    tb_ns t = ns_from(full + (need_ticks - rate->burst_ticks));  /* max(F, now) + need - burst */
     return t > now ? t : now;
 }
 
@@ -448,7 +437,7 @@ bool tb_limits_full(const tb_limits *l, tb_ns now)
     if (l->paused_until > now || (l->window.period && window_used(&l->window, now) > 0))
         return false;
     for (uint32_t i = 0; i < l->nrates; i++)
-        if (debt(&l->state[i], now) > 0)
+        if (debt(l->state[i], now) > 0)
             return false;
     return true;
 }
@@ -466,10 +455,10 @@ tb_status tb_limits_set_rate(tb_limits *l, uint32_t index, double ns_per_token, 
         return TB_EINVAL;
     tb_limits_anchor(l, now);
     tb_rate *r = &l->rates[index];
-    double tokens = rate_tokens(r, &l->state[index], now);
-    *r = (tb_rate){.ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token};
-    l->state[index] = (tb_gcra){.full_at = now};
-    advance(&l->state[index], (burst - (tokens < burst ? tokens : burst)) * ns_per_token);
+    double tokens = rate_tokens(r, l->state[index], now);
+    *r = (tb_rate){.ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token,
+                   .burst_ticks = ticks(burst * ns_per_token)};
+    l->state[index] = holding(r, tokens, now);
     l->max_amount = most_grantable(l);
     debug_check(l);
     return TB_OK;
@@ -499,8 +488,11 @@ void tb_limits_rebase(tb_limits *l, tb_ns then, tb_ns now)
     if (!l->anchored)
         return;
     tb_ns shift = now - then;
-    for (uint32_t i = 0; i < l->nrates; i++)
-        l->state[i].full_at += shift;
+    for (uint32_t i = 0; i < l->nrates; i++) {
+        if (l->state[i] < full_since(then))
+            l->state[i] = full_since(then);
+        l->state[i] += at_tick(shift);
+    }
     for (uint32_t i = 0; i < l->window.log_count; i++)
         log_at(&l->window, i)->at += shift;
     if (l->paused_until != INT64_MIN)
@@ -514,10 +506,9 @@ int tb_limits_check(const tb_limits *l)
         return 1;
     for (uint32_t i = 0; i < l->nrates; i++) {
         const tb_rate *r = &l->rates[i];
-        if (!positive(r->ns_per_token) || !positive(r->burst) || r->burst_ns != r->burst * r->ns_per_token)
+        if (!positive(r->ns_per_token) || !positive(r->burst) || r->burst_ns != r->burst * r->ns_per_token ||
+            r->burst_ticks != ticks(r->burst_ns))
             return 1;
-        if (!(l->state[i].full_at_frac >= 0.0 && l->state[i].full_at_frac < 1.0))
-            return 2;
     }
     if (l->max_amount != most_grantable(l))
         return 1;

@@ -3,8 +3,17 @@
  * A grant must satisfy every limit at once: up to TB_MAX_RATES rates (GCRA: each keeps the instant
  * F at which it is full again), an optional strict sliding window, and a pause. Every operation
  * takes the caller's time, in nanoseconds on whatever monotonic clock the caller uses; the first
- * reading anchors the rates (each holds its initial tokens then). Token amounts are doubles; F is
- * kept as whole nanoseconds plus a fraction, so refill never drifts. */
+ * reading anchors the rates (each holds its initial tokens then). Token amounts are doubles.
+ *
+ * A rate's whole state is one 64-bit word, F in ticks of 1/16 ns on the caller's clock, so that a
+ * store can keep it in shared memory and update it with one compare-and-swap. Each grant moves F
+ * by its need, amount * ns_per_token rounded up to a tick: a grant is never early, and a rate is
+ * never faster than asked, only slower, by at most (1/16 ns) / ns_per_token of itself for grants
+ * of one token, less for larger ones (2.5e-4 at 250 ns per token, 4 million tokens a second;
+ * 6.25 % at 1 ns per token). F is an integer, so refill never drifts. The range: clock readings
+ * |t| < 2^58 ns and refill spans up to TB_MAX_SPAN = 2^58 ns (~9.1 years each) keep F below
+ * 2^58 + 2^58 ns = 2^59 ns, and 16 is the most ticks per nanosecond for which that stays within
+ * int64: 2^59 * 16 = 2^63. */
 #ifndef AIOTB_LIMITS_H
 #define AIOTB_LIMITS_H
 
@@ -14,7 +23,8 @@
 
 typedef int64_t tb_ns;                   /* an instant or a span, in nanoseconds */
 #define TB_NEVER INT64_MAX               /* "no deadline" / "no one waits" */
-#define TB_MAX_SPAN ((tb_ns)1 << 61)     /* longest refill of a full bucket: ~73 years */
+#define TB_MAX_SPAN ((tb_ns)1 << 58)     /* longest refill of a full bucket, bound of |clock readings|: ~9.1 years */
+#define TB_TICKS_PER_NS 16               /* the resolution of F */
 #define TB_MAX_RATES 4
 
 typedef enum {
@@ -30,13 +40,10 @@ typedef struct {
     double burst;         /* capacity, in tokens */
     double burst_ns;      /* burst * ns_per_token: the most debt the rate may carry */
     double initial;       /* tokens at the first reading of the clock */
+    int64_t burst_ticks;  /* burst_ns in ticks, rounded up like every need: a full rate grants its burst */
 } tb_rate;
 
-/* One rate's state: the instant F it is full again. */
-typedef struct {
-    tb_ns full_at;        /* whole nanoseconds of F */
-    double full_at_frac;  /* its fraction of a nanosecond, in [0, 1) */
-} tb_gcra;
+typedef int64_t tb_gcra;  /* one rate's state: the instant F it is full again, in ticks */
 
 typedef struct {
     tb_ns at;             /* when it was granted */
@@ -102,9 +109,9 @@ bool tb_limits_take_now(tb_limits *l, double amount, tb_ns now);
 /* Gives back amount tokens granted earlier and never used. */
 void tb_limits_refund(tb_limits *l, double amount, tb_ns now);
 /* The instant amount is granted behind the amounts ahead, granted in order as soon as each fits,
- * if nothing else changes; TB_NEVER if that is at 2^62 ns or later, or 2^62 ns or more after a
- * full bucket (past every deadline now + TB_MAX_SPAN on a clock within +-TB_MAX_SPAN), or if
- * memory for the simulation is short. */
+ * if nothing else changes: exact, but with one rate and 64 or more amounts ahead a bound, never
+ * early and at most a tick per amount ahead late; TB_NEVER if that is at 2^58 ns or later, or if
+ * memory for the replay is short. */
 tb_ns tb_limits_projection(tb_limits *l, const tb_ahead *ahead, double amount, tb_ns now);
 /* Whether the limits are as good as new at now: every rate full, no grant inside the window
  * ending at now, no pause after now (true before the first reading). */
@@ -123,7 +130,7 @@ void tb_limits_pause_until(tb_limits *l, tb_ns until);
 /* Moves the limits onto another clock, on which the old clock's then reads now. */
 void tb_limits_rebase(tb_limits *l, tb_ns then, tb_ns now);
 
-/* 0 if every invariant of the limits holds, else the number of the broken one (1, 2 or 10). */
+/* 0 if every invariant of the limits holds, else the number of the broken one (1 or 10). */
 int tb_limits_check(const tb_limits *l);
 
 #endif

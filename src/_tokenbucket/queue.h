@@ -101,9 +101,8 @@ void *tb_withdraw_head(tb_bucket *b);
  * none waits (now after TB_STOP). Once decide returned TB_GRANT or TB_SKIP, the waiter is gone
  * and its handle is the caller's again. */
 tb_ns tb_grant_due(tb_bucket *b, tb_ns now, tb_decide decide, void *ctx);
-/* The instant a waiter for amount queued now would be granted, if nothing ahead changes;
- * TB_NEVER if that is at 2^62 ns or later, or 2^62 ns or more after a full bucket: past
- * every deadline now + TB_MAX_SPAN on a clock within +-TB_MAX_SPAN. */
+/* The instant a waiter for amount queued now would be granted, if nothing ahead changes, never
+ * earlier (see tb_limits_projection); TB_NEVER if that is at TB_MAX_SPAN (2^58 ns) or later. */
 tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now);
 /* Removes one queued waiter that can no longer be granted as promised, counting it cancelled,
  * and returns its handle, setting *never if its amount is above the capacity (else its projected

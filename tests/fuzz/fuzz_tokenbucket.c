@@ -1,8 +1,8 @@
 /* libFuzzer harness for the pure C core: random operation streams, every invariant checked.
  *
  *     clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
- *           -Isrc/_tokenbucket tests/fuzz/fuzz_tokenbucket.c src/_tokenbucket/tokenbucket.c -lm \
- *           -o fuzz_tokenbucket
+ *           -Isrc/_tokenbucket tests/fuzz/fuzz_tokenbucket.c src/_tokenbucket/queue.c \
+ *           src/_tokenbucket/limits.c -lm -o fuzz_tokenbucket
  *     ./fuzz_tokenbucket -runs=10000000 tests/fuzz/corpus
  *
  * Built with -DFUZZ_REPLAY (any C compiler, no libFuzzer) it is a plain program that replays
@@ -10,31 +10,41 @@
  *
  * The input's first 8 bytes choose the bucket (refill time, burst, initial tokens, fairness,
  * order, late credit, start time); every following byte is an operation, with its arguments
- * in the bytes after it. The driver behaves like the asyncio glue: it pops a head only when
- * tb_ready_head says it is ready, refunds only what was granted, and queues deadlines only in
- * FIFO order. Times, amounts and bursts stay in the ranges the binding lets through.
+ * in the bytes after it. The driver behaves like the asyncio glue: it grants heads through
+ * tb_grant_due (skipping or stopping at some after a stall, as a dispatcher does for waiters
+ * whose callers gave up), refunds only what was granted, and queues deadlines only in FIFO
+ * order. Times, amounts and bursts stay in the ranges the binding lets through.
  *
  * After every operation it checks, and aborts on a violation:
- *   - tb_check(b) == 0 (tokenbucket.c also asserts it in builds without NDEBUG);
- *   - queue order and count against a model of the queue (FIFO, or smallest first);
- *   - conservation: an operation that grants nothing (withdraw, a pop without grant, a
- *     refused enqueue or take, every query) leaves the bucket's rate bit for bit unchanged;
+ *   - tb_check(b) == 0 (queue.c and limits.c also assert it in builds without NDEBUG);
+ *   - queue order and count against a model of the queue (FIFO, or smallest first): tb_grant_due
+ *     asks about the model's head, and only while it is due;
+ *   - statistics: every count of tb_stats equals the model's, bit for bit;
+ *   - conservation: an operation that grants nothing (withdraw, a skip, a pass that grants
+ *     nobody, a refused enqueue or take, every query) leaves the bucket's rate bit for bit unchanged;
  *   - safety: the grants (net of refunds, given back at the instant of the refund) fit a
  *     bucket of burst + slack tokens that starts with initial + slack tokens and refills at
  *     1/ns_per_token per nanosecond. slack = late_credit tokens + 1 ns of refill: a head popped
  *     late is granted as of up to late_credit of a token's time earlier (README, Design), and a bucket that
  *     became full less than a nanosecond before a grant keeps its fractional full instant
- *     (tokenbucket.c, full_before), so the grant counts from that instant. On top of that,
+ *     (limits.c, full_before), so the grant counts from that instant. On top of that,
  *     TOLERANCE() tokens for double rounding;
  *   - no token lost: when the core refuses a newcomer or a head, or names a ready instant
  *     t > now, the exact bucket (no slack) at that instant (at t - 1) does not hold the
  *     amount either (same tolerance);
- *   - promises: tb_can_take agrees with tb_take; tb_ready_head with tb_head_ready_at; an
+ *   - promises: tb_can_take agrees with tb_take; the instant tb_grant_due names is the first at
+ *     which the head fits (tb_limits_fits); tb_as_good_as_new only for an empty, full bucket; an
  *     enqueue with a deadline is refused exactly when tb_projected_grant is later; a waiter
  *     served by a prompt driver (FIFO, fair or with a deadline, no stall while it waited) is
  *     granted no later than its projection and its deadline, give or take one nanosecond
- *     plus the resolution of a double at the bucket's span (2^-52 of it: 512 ns at 2^61). */
-#include "tokenbucket.h"
+ *     plus 2^-40 of the span (the queue's summed amount is a running double sum).
+ *
+ * The core's rate is a tick-exact GCRA: each grant needs amount * ns_per_token rounded up to a
+ * tick (1/16 ns), a full rate holds burst * ns_per_token rounded up to a tick, and the first
+ * reading holds initial tokens rounded down to a tick. The exact reference counts the same
+ * ticks (a rate never faster than asked, only slower) in a bucket of burst tokens; the high one
+ * the amounts asked, with one more tick of refill in its slack for the rounded-up burst. */
+#include "queue.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -43,7 +53,7 @@
 #include <string.h>
 
 enum { MAX_WAITERS = 1024, MAX_GRANTS = 4096 };
-#define TIME_LIMIT ((tb_ns)1 << 61)  /* the binding refuses loop times beyond 2^61 ns */
+#define TIME_LIMIT (TB_MAX_SPAN - 1)  /* the core takes clock readings |t| < 2^58 ns */
 
 /* ---- input ---- */
 
@@ -62,6 +72,7 @@ typedef struct {
     tb_id id;
     double amount;
     tb_ns deadline;   /* core time, TB_NEVER if none */
+    tb_ns enqueued_at; /* core time */
     tb_ns projected;  /* tb_projected_grant when it was queued */
     tb_ns span;       /* projected - now when it was queued */
     bool promised;    /* a prompt driver must meet projected (FIFO, and fair or with a deadline) */
@@ -91,6 +102,10 @@ typedef struct {
     double grants[MAX_GRANTS]; /* amounts granted and not refunded, for refunds */
     size_t granted;
     long double granted_total;
+    tb_stats stats;   /* what the core must have counted */
+    bool prompt;      /* the current pass serves every head the moment it is due */
+    bool stopped;     /* the current pass was told TB_STOP */
+    size_t pass_grants; /* grants of the current pass */
     long ops;
 } state;
 
@@ -119,11 +134,16 @@ static long double tolerance(const state *s)
 }
 
 // How far a projection over span_ns may miss, in ns: 1 ns (the instants are whole nanoseconds
-// after fractional ones), plus 2^-40 of the span: the queue's summed amount is a running double
-// sum, and a double holds a span near 2^61 ns only to 512 ns.
+// after fractional ones), plus 2^-40 of the span: the queue's summed amount is a running double sum.
 static tb_ns resolution(double span_ns) { return 1 + (tb_ns)ldexp(fabs(span_ns), -40); }
 
 static tb_ns driver_time(const state *s, tb_ns core_time) { return core_time - s->shift; }
+
+// Tokens the core's rate counts for a span of ns_ns: the span rounded up to a tick, as limits.c does.
+static long double in_ticks(const state *s, double span_ns)
+{
+    return (long double)ceil(span_ns * TB_TICKS_PER_NS) / TB_TICKS_PER_NS / (long double)s->ns_per_token;
+}
 
 // The reference's level at driver time t >= r->at, without moving it.
 static long double level_at(const state *s, const reference *r, tb_ns t)
@@ -145,6 +165,17 @@ static void check_invariants(const state *s)
         FAIL(s, "tb_check() returned %d", broken);
     if (s->b.waiting != s->waiting)
         FAIL(s, "core has %zu waiters, the model %zu", s->b.waiting, s->waiting);
+    const tb_stats *core = &s->b.stats, *model = &s->stats;
+    if (core->granted != model->granted || core->granted_tokens != model->granted_tokens ||
+        core->waits != model->waits || core->wait_ns_total != model->wait_ns_total ||
+        core->wait_ns_max != model->wait_ns_max || core->cancelled != model->cancelled ||
+        core->timeouts != model->timeouts)
+        FAIL(s, "statistics: core %llu %.17g %llu %.17g %lld %llu %llu, model %llu %.17g %llu %.17g %lld %llu %llu",
+             (unsigned long long)core->granted, core->granted_tokens, (unsigned long long)core->waits,
+             core->wait_ns_total, (long long)core->wait_ns_max, (unsigned long long)core->cancelled,
+             (unsigned long long)core->timeouts, (unsigned long long)model->granted, model->granted_tokens,
+             (unsigned long long)model->waits, model->wait_ns_total, (long long)model->wait_ns_max,
+             (unsigned long long)model->cancelled, (unsigned long long)model->timeouts);
 }
 
 // Records a grant of amount at the core's now: it must fit the high reference.
@@ -154,8 +185,10 @@ static void record_grant(state *s, double amount)
     refill_to(s, &s->high, t);
     refill_to(s, &s->exact, t);
     s->high.level -= amount;
-    s->exact.level -= amount;
+    s->exact.level -= in_ticks(s, amount * s->ns_per_token);
     s->granted_total += amount;
+    s->stats.granted++;
+    s->stats.granted_tokens += amount;
     if (s->high.level < -tolerance(s))
         FAIL(s, "over-grant: %.17g tokens granted beyond burst + rate*t (+ slack %.3Lg)",
              (double)-s->high.level, s->slack);
@@ -186,7 +219,18 @@ static size_t model_head(const state *s)
 
 static void remove_waiter(state *s, size_t i) { s->waiters[i] = s->waiters[--s->waiting]; }
 
-static bool same_rate(const tb_rate *a, const tb_rate *b) { return memcmp(a, b, sizeof *a) == 0; }
+/* The first rate, parameters and state: what an operation that grants nothing must leave alone. */
+typedef struct {
+    tb_rate rate;
+    tb_gcra state;
+} rate_snapshot;
+
+static rate_snapshot snapshot(const state *s) { return (rate_snapshot){s->b.limits.rates[0], s->b.limits.state[0]}; }
+
+static bool same_rate(const rate_snapshot *a, const rate_snapshot *b)
+{
+    return memcmp(&a->rate, &b->rate, sizeof a->rate) == 0 && memcmp(&a->state, &b->state, sizeof a->state) == 0;
+}
 
 // An amount in (0, burst] from two bytes: a few round values, else a fraction of burst (>= burst / 2^16).
 static double pick_amount(const state *s, input *in)
@@ -230,71 +274,98 @@ static bool move_to(state *s, tb_ns t)
     return true;
 }
 
-// Pops the ready head, granting it, and checks it against the model and its promises.
-static void grant_head(state *s, bool prompt)
+// The verdict of a pass about a due waiter: a prompt pass grants every one; after a stall, a few
+// waiters' callers have given up (TB_SKIP) or the dispatcher stops early (TB_STOP).
+static tb_verdict verdict_for(const state *s, const waiter *w)
 {
+    if (s->prompt)
+        return TB_GRANT;
+    return w->number % 5 == 0 ? TB_SKIP : w->number % 11 == 0 ? TB_STOP : TB_GRANT;
+}
+
+// tb_grant_due's question, checked against the model: the head asked about is the model's head.
+static tb_verdict decide(void *ctx, void *handle, double amount)
+{
+    state *s = ctx;
     size_t h = model_head(s);
     waiter w = s->waiters[h];
-    void *handle = tb_pop_head(&s->b, s->now, true);
-    if (handle != (void *)(uintptr_t)w.number)
-        FAIL(s, "popped waiter %llu, expected %llu", (unsigned long long)(uintptr_t)handle,
-             (unsigned long long)w.number);
+    if (s->stopped)
+        FAIL(s, "asked again after TB_STOP");
+    if (handle != (void *)(uintptr_t)w.number || amount != w.amount)
+        FAIL(s, "asked about waiter %llu for %.17g, expected %llu for %.17g", (unsigned long long)(uintptr_t)handle,
+             amount, (unsigned long long)w.number, w.amount);
+    tb_verdict verdict = verdict_for(s, &w);
+    if (verdict == TB_STOP) {
+        s->stopped = true;
+        return verdict;
+    }
     remove_waiter(s, h);
+    if (verdict == TB_SKIP) {
+        s->stats.cancelled++;
+        return verdict;
+    }
+    s->pass_grants++;
     record_grant(s, w.amount);
-    if (prompt && w.promised) {
-        tb_ns margin = resolution((double)w.span + s->b.rates[0].burst_ns);
+    tb_ns wait = s->now - w.enqueued_at;
+    s->stats.waits++;
+    s->stats.wait_ns_total += (double)wait;
+    if (wait > s->stats.wait_ns_max)
+        s->stats.wait_ns_max = wait;
+    if (s->prompt && w.promised) {
+        tb_ns margin = resolution((double)w.span + s->b.limits.rates[0].burst_ns);
         if (s->now > w.projected + margin)
             FAIL(s, "granted at %lld, after its projection %lld", (long long)s->now, (long long)w.projected);
         if (w.deadline != TB_NEVER && s->now > w.deadline + margin)
             FAIL(s, "granted at %lld, after its deadline %lld", (long long)s->now, (long long)w.deadline);
     }
+    return verdict;
 }
 
-// Whether the head can go now, cross-checked with tb_head_ready_at and the exact reference.
-static bool head_ready(state *s)
+// The glue's dispatch at now: one tb_grant_due pass; returns the instant it names, cross-checked
+// with the model, the limits and the exact reference.
+static tb_ns dispatch(state *s, bool prompt)
 {
-    tb_rate before = s->b.rates[0];
-    void *ready = tb_ready_head(&s->b, s->now);
-    tb_ns at = tb_head_ready_at(&s->b, s->now);
-    if (!same_rate(&before, &s->b.rates[0]))
-        FAIL(s, "a query changed the bucket");
+    rate_snapshot before = snapshot(s);
+    s->prompt = prompt;
+    s->stopped = false;
+    s->pass_grants = 0;
+    tb_ns next = tb_grant_due(&s->b, s->now, decide, s);
+    rate_snapshot after = snapshot(s);
+    if (s->pass_grants == 0 && !same_rate(&before, &after))
+        FAIL(s, "a pass that granted nobody changed the bucket");
     if (s->waiting == 0) {
-        if (ready || at != TB_NEVER)
-            FAIL(s, "an empty queue has a ready head");
-        return false;
+        if (next != TB_NEVER)
+            FAIL(s, "an empty queue has a head due at %lld", (long long)next);
+        return next;
     }
-    if (at == TB_NEVER || at < s->now)
-        FAIL(s, "head ready at %lld, before now", (long long)at);
-    if ((ready != NULL) != (at == s->now))
-        FAIL(s, "tb_ready_head and tb_head_ready_at disagree (ready at %lld)", (long long)at);
-    const waiter *w = &s->waiters[model_head(s)];
-    if (ready && ready != (void *)(uintptr_t)w->number)
-        FAIL(s, "ready head is not the model's head");
-    if (!ready)
-        check_refusal(s, w->amount, driver_time(s, s->now), "tb_ready_head");
-    if (at > s->now)
-        check_refusal(s, w->amount, driver_time(s, at - 1), "tb_head_ready_at");
-    return ready != NULL;
+    if (next == TB_NEVER || next < s->now)
+        FAIL(s, "head due at %lld, before now", (long long)next);
+    if ((next == s->now) != s->stopped)
+        FAIL(s, "a pass ended at %lld with its head %s", (long long)next, s->stopped ? "stopped" : "due");
+    if (next > s->now) {
+        const waiter *w = &s->waiters[model_head(s)];
+        check_refusal(s, w->amount, driver_time(s, s->now), "tb_grant_due");
+        check_refusal(s, w->amount, driver_time(s, next - 1), "tb_grant_due's next instant");
+        if (tb_limits_fits(&s->b.limits, w->amount, s->now) || !tb_limits_fits(&s->b.limits, w->amount, next))
+            FAIL(s, "tb_grant_due's next instant %lld is not the first the head fits", (long long)next);
+    }
+    return next;
 }
 
-// The glue's dispatch at now: grants every ready head.
-static void dispatch(state *s, bool prompt)
+// A question without an answer: the pass stops at the first due waiter.
+static tb_verdict stop_at_once(void *ctx, void *handle, double amount)
 {
-    while (head_ready(s))
-        grant_head(s, prompt);
+    (void)ctx, (void)handle, (void)amount;
+    return TB_STOP;
 }
 
-// A prompt loop: time runs to now + span, each head granted at the instant it becomes ready.
+// A prompt loop: time runs to now + span, each head granted at the instant it becomes due.
 static void advance(state *s, tb_ns span)
 {
     tb_ns target = s->now + span;
-    dispatch(s, true);
-    while (s->waiting > 0) {
-        tb_ns at = tb_head_ready_at(&s->b, s->now);
-        if (at > target || !move_to(s, at))
-            break;
-        dispatch(s, true);
-    }
+    tb_ns at = dispatch(s, true);
+    while (s->waiting > 0 && at <= target && move_to(s, at))
+        at = dispatch(s, true);
     move_to(s, target);
     dispatch(s, true);
 }
@@ -312,8 +383,8 @@ static void op_enqueue(state *s, input *in)
             return;
         }
     }
-    tb_rate before = s->b.rates[0];
-    bool anchored = s->b.anchored;
+    rate_snapshot before = snapshot(s);
+    bool anchored = s->b.limits.anchored;
     tb_ns projected = tb_projected_grant(&s->b, amount, s->now);
     if (projected < s->now)
         FAIL(s, "projection %lld before now", (long long)projected);
@@ -324,11 +395,12 @@ static void op_enqueue(state *s, input *in)
         deadline = s->now + pick_span(s, in);
     }
     if (deadline != TB_NEVER && (deadline < s->now || deadline > s->now + TIME_LIMIT))
-        deadline = TB_NEVER;  /* the binding's deadlines are now + a timeout in [0, 2^61) ns */
+        deadline = TB_NEVER;  /* the binding's deadlines are now + a timeout in [0, 2^58) ns */
     tb_id id;
     void *handle = (void *)(uintptr_t)(s->enqueued + 1);
     tb_status status = tb_enqueue(&s->b, amount, s->now, deadline, handle, &id);
-    if (anchored && !same_rate(&before, &s->b.rates[0]))
+    rate_snapshot after = snapshot(s);
+    if (anchored && !same_rate(&before, &after))
         FAIL(s, "enqueue changed the bucket's rate");
     if (deadline != TB_NEVER && s->order != TB_FIFO) {
         if (status != TB_EINVAL)
@@ -338,6 +410,7 @@ static void op_enqueue(state *s, input *in)
     if (deadline != TB_NEVER && projected > deadline) {
         if (status != TB_ETOOLATE)
             FAIL(s, "enqueue past its projection gave %d", (int)status);
+        s->stats.timeouts++;
         return;
     }
     if (status != TB_OK)
@@ -347,6 +420,7 @@ static void op_enqueue(state *s, input *in)
         .id = id,
         .amount = amount,
         .deadline = deadline,
+        .enqueued_at = s->now,
         .projected = projected,
         .span = projected == TB_NEVER ? 0 : projected - s->now,
         .promised = s->order == TB_FIFO && (s->fair || deadline != TB_NEVER) && projected != TB_NEVER,
@@ -358,7 +432,7 @@ static void op_enqueue(state *s, input *in)
 static void op_withdraw(state *s, input *in)
 {
     uint8_t k = next_u8(in);
-    tb_rate before = s->b.rates[0];
+    rate_snapshot before = snapshot(s);
     if (s->waiting == 0 || k == 0xFF) {
         /* a stale or made-up id: nothing happens */
         tb_id stale = (tb_id)(s->enqueued + 1 + k) << 32 | k;
@@ -371,10 +445,12 @@ static void op_withdraw(state *s, input *in)
             FAIL(s, "withdraw returned the wrong handle");
         tb_id id = s->waiters[i].id;
         remove_waiter(s, i);
+        s->stats.cancelled++;
         if (tb_withdraw(&s->b, id) != NULL)
             FAIL(s, "withdrew the same waiter twice");
     }
-    if (!same_rate(&before, &s->b.rates[0]))
+    rate_snapshot after = snapshot(s);
+    if (!same_rate(&before, &after))
         FAIL(s, "withdraw consumed tokens");
     /* The glue re-dispatches after a withdrawal: the next head may go now. */
     dispatch(s, true);
@@ -383,19 +459,21 @@ static void op_withdraw(state *s, input *in)
 static void op_take(state *s, input *in)
 {
     double amount = pick_amount(s, in);
-    bool anchored = s->b.anchored;
-    tb_rate before = s->b.rates[0];
+    bool anchored = s->b.limits.anchored;
+    rate_snapshot before = snapshot(s);
     bool can = tb_can_take(&s->b, amount, s->now);
-    if (anchored && !same_rate(&before, &s->b.rates[0]))
+    rate_snapshot after = snapshot(s);
+    if (anchored && !same_rate(&before, &after))
         FAIL(s, "tb_can_take changed the bucket");
-    before = s->b.rates[0];
+    before = after;
     bool took = tb_take(&s->b, amount, s->now);
     if (can != took)
         FAIL(s, "tb_can_take said %d, tb_take did %d", can, took);
     if (took) {
         record_grant(s, amount);
     } else {
-        if (!same_rate(&before, &s->b.rates[0]))
+        after = snapshot(s);
+        if (!same_rate(&before, &after))
             FAIL(s, "a refused take consumed tokens");
         bool must_queue = s->waiting > 0 && (s->fair || s->b.with_deadline > 0);
         if (!must_queue)
@@ -415,14 +493,17 @@ static void op_refund(state *s, input *in)
     refill_to(s, &s->high, t);
     refill_to(s, &s->exact, t);
     s->high.level = fminl(s->high.level + amount, s->high.capacity);
-    s->exact.level = fminl(s->exact.level + amount, s->exact.capacity);
+    s->exact.level = fminl(s->exact.level + in_ticks(s, amount * s->ns_per_token), s->exact.capacity);
     s->granted_total -= amount;
+    s->stats.granted--;
+    s->stats.granted_tokens -= amount;
+    s->stats.cancelled++;
     tb_refund(&s->b, amount, s->now);
     /* The glue re-dispatches after a refund. */
     dispatch(s, true);
 }
 
-// The loop stalls for span, then dispatches: late heads are granted with late credit.
+// The loop stalls for span, then dispatches: late heads are granted with late credit, some skipped.
 static void op_stall(state *s, input *in)
 {
     tb_ns span = pick_span(s, in);
@@ -432,19 +513,24 @@ static void op_stall(state *s, input *in)
     dispatch(s, false);
 }
 
-// Drops the head without granting it (its task was cancelled, or its loop closed).
+// Drops the head without granting it, due or not (its loop closed: the bucket is cleared).
 static void op_drop_head(state *s)
 {
-    if (s->waiting == 0)
+    rate_snapshot before = snapshot(s);
+    void *handle = tb_withdraw_head(&s->b);
+    if (s->waiting == 0) {
+        if (handle != NULL)
+            FAIL(s, "withdrew a head from an empty queue");
         return;
+    }
     size_t h = model_head(s);
-    tb_rate before = s->b.rates[0];
-    void *handle = tb_pop_head(&s->b, s->now, false);
     if (handle != (void *)(uintptr_t)s->waiters[h].number)
         FAIL(s, "dropped the wrong head");
-    if (!same_rate(&before, &s->b.rates[0]))
+    rate_snapshot after = snapshot(s);
+    if (!same_rate(&before, &after))
         FAIL(s, "dropping a head consumed tokens");
     remove_waiter(s, h);
+    s->stats.cancelled++;
     dispatch(s, true);
 }
 
@@ -462,20 +548,21 @@ static void op_rebase(state *s, input *in)
         if (s->waiters[i].deadline != TB_NEVER &&
             (s->waiters[i].deadline + shift > 2 * TIME_LIMIT || s->waiters[i].deadline + shift < -2 * TIME_LIMIT))
             return;
-    double tokens = s->b.anchored ? tb_tokens(&s->b, then) : 0;
-    tb_ns ready = tb_head_ready_at(&s->b, then);
+    double tokens = s->b.limits.anchored ? tb_tokens(&s->b, then) : 0;
+    tb_ns ready = tb_grant_due(&s->b, then, stop_at_once, NULL);
     tb_rebase(&s->b, then, now);
     s->now = now;
     s->shift += shift;
     for (size_t i = 0; i < s->waiting; i++) {
+        s->waiters[i].enqueued_at += shift;
         if (s->waiters[i].deadline != TB_NEVER)
             s->waiters[i].deadline += shift;
         if (s->waiters[i].projected != TB_NEVER)
             s->waiters[i].projected += shift;
     }
-    if (s->b.anchored && tb_tokens(&s->b, now) != tokens)
+    if (s->b.limits.anchored && tb_tokens(&s->b, now) != tokens)
         FAIL(s, "rebase changed the tokens");
-    tb_ns after = tb_head_ready_at(&s->b, now);
+    tb_ns after = tb_grant_due(&s->b, now, stop_at_once, NULL);
     if (ready != TB_NEVER && after != ready + shift)
         FAIL(s, "rebase moved the head's ready instant from %lld to %lld", (long long)(ready + shift), (long long)after);
 }
@@ -483,12 +570,16 @@ static void op_rebase(state *s, input *in)
 static void op_query(state *s, input *in)
 {
     double amount = pick_amount(s, in);
-    bool anchored = s->b.anchored;
-    tb_rate before = s->b.rates[0];
+    bool anchored = s->b.limits.anchored;
+    rate_snapshot before = snapshot(s);
     double tokens = tb_tokens(&s->b, s->now);
     tb_ns projected = tb_projected_grant(&s->b, amount, s->now);
-    if (anchored && !same_rate(&before, &s->b.rates[0]))
+    bool as_new = tb_as_good_as_new(&s->b, s->now);
+    rate_snapshot after = snapshot(s);
+    if (anchored && !same_rate(&before, &after))
         FAIL(s, "a query changed the bucket");
+    if (as_new && (s->waiting > 0 || tokens != s->burst))
+        FAIL(s, "as good as new with %zu waiters and %.17g tokens", s->waiting, tokens);
     if (!(tokens >= 0 && tokens <= s->burst))
         FAIL(s, "%.17g tokens, outside [0, burst]", tokens);
     if (projected < s->now)
@@ -521,7 +612,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const double ns_per_tokens[] = {
         1e6, 1e9 / 3, 1e9 / 7, 0.25, 2.5, 1, 3, 0.37, 12345.678, 5e8, 1e7, 1e9, 3.6e12, 1e-6,
-        (double)((tb_ns)1 << 31),
+        (double)((tb_ns)1 << 28),
     };
     static const double bursts[] = {1, 2, 3, 4, 5, 7.5, 10, 40, 100, 1000, 1e6, (double)((tb_ns)1 << 30)};
     input in = {data, size, 0};
@@ -543,11 +634,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (status != TB_OK)
         FAIL(&s, "tb_init refused valid parameters");
-    s.slack = 1.0L / (long double)s.ns_per_token;
+    s.slack = (1.0L + 1.0L / TB_TICKS_PER_NS) / (long double)s.ns_per_token;
     s.high = (reference){.level = initial + s.slack, .capacity = s.burst + s.slack, .at = s.now};
-    s.exact = (reference){.level = initial, .capacity = s.burst, .at = s.now};
+    s.exact = (reference){.level = s.burst - in_ticks(&s, (s.burst - initial) * s.ns_per_token), .capacity = s.burst,
+                          .at = s.now};
     /* The references start at the first reading, which also anchors the core. */
-    if (fabs(tb_tokens(&s.b, s.now) - initial) > ldexp(s.burst, -40))
+    if (fabsl(tb_tokens(&s.b, s.now) - fmaxl(s.exact.level, 0)) > ldexpl(s.burst, -40))
         FAIL(&s, "a new bucket does not hold its initial tokens");
     op_late_credit(&s, &in);
     check_invariants(&s);
@@ -574,11 +666,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_invariants(&s);
     }
     /* Drain: a prompt loop serves everyone left, then the queue's memory is gone. */
-    while (s.waiting > 0) {
-        tb_ns at = tb_head_ready_at(&s.b, s.now);
-        if (!move_to(&s, at))
-            break;
-        dispatch(&s, true);
+    tb_ns at = dispatch(&s, true);
+    while (s.waiting > 0 && move_to(&s, at)) {
+        at = dispatch(&s, true);
         check_invariants(&s);
     }
     while (s.waiting > 0)

@@ -1,6 +1,7 @@
-/* Unit tests of the pure C core, run without any framework:
+/* Unit tests of the bucket (src/_tokenbucket/queue.c over limits.c), run without any framework:
  *
- *     cc -std=c11 -O2 -Isrc/_tokenbucket tests/c/test_tokenbucket.c src/_tokenbucket/tokenbucket.c -lm
+ *     cc -std=c11 -O2 -Isrc/_tokenbucket -Itests/c tests/c/test_queue.c \
+ *        src/_tokenbucket/queue.c src/_tokenbucket/limits.c -lm
  *     ./a.out [drift_grants]
  *
  * drift_grants (default 10^7) sets the length of the longest drift runs, so that slow
@@ -9,40 +10,11 @@
  *
  * Every operation that can change a bucket (including the first reading of the clock,
  * which anchors it) goes through a wrapper that runs tb_check afterwards. */
-#include "tokenbucket.h"
+#include "queue.h"
 
-#include <math.h>
-#include <setjmp.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include "harness.h"
+
 #include <string.h>
-
-/* ---- harness ---- */
-
-static jmp_buf test_escape;
-static int tests_passed, tests_failed;
-
-// Reports a failed check and abandons the current test (its buckets may leak; the run is failing anyway).
-_Noreturn static void fail_at(const char *file, int line, const char *what)
-{
-    fprintf(stderr, "%s:%d: %s\n", file, line, what);
-    longjmp(test_escape, 1);
-}
-
-#define CHECK(cond) ((cond) ? (void)0 : fail_at(__FILE__, __LINE__, "CHECK(" #cond ") failed"))
-
-static void run_test(const char *name, void (*test)(void))
-{
-    if (setjmp(test_escape) == 0) {
-        test();
-        tests_passed++;
-    } else {
-        tests_failed++;
-        fprintf(stderr, "FAILED %s\n", name);
-    }
-}
-
-#define RUN(test) run_test(#test, test)
 
 // Fails the current test if an invariant of b is broken.
 static void holds(const char *file, int line, const tb_bucket *b)
@@ -98,21 +70,47 @@ static void *withdraw_at(const char *f, int l, tb_bucket *b, tb_id id)
     holds(f, l, b);
     return handle;
 }
+/* A scripted tb_decide: answers verdict about the first waiter it is asked about and TB_STOP
+ * about any later one, remembering the first. */
+typedef struct {
+    tb_verdict verdict;
+    int asked;
+    void *handle;  /* the first waiter asked about */
+} one_verdict;
+
+static tb_verdict decide_once(void *ctx, void *handle, double amount)
+{
+    (void)amount;
+    one_verdict *v = ctx;
+    if (v->asked++)
+        return TB_STOP;
+    v->handle = handle;
+    return v->verdict;
+}
+
+// The head's handle if it can be granted at now, else NULL: a tb_grant_due pass that stops at once.
 static void *ready_head_at(const char *f, int l, tb_bucket *b, tb_ns now)
 {
-    void *handle = tb_ready_head(b, now);
+    one_verdict v = {TB_STOP, 0, NULL};
+    tb_ns at = tb_grant_due(b, now, decide_once, &v);
     holds(f, l, b);
-    return handle;
+    if ((v.handle != NULL) != (at == now))
+        fail_at(f, l, "tb_grant_due asked about a head that is not due, or not about one that is");
+    return v.handle;
 }
+// Grants (or with !grant skips) the head, if it can be granted at now; returns its handle, else NULL.
 static void *pop_head_at(const char *f, int l, tb_bucket *b, tb_ns now, bool grant)
 {
-    void *handle = tb_pop_head(b, now, grant);
+    one_verdict v = {grant ? TB_GRANT : TB_SKIP, 0, NULL};
+    tb_grant_due(b, now, decide_once, &v);
     holds(f, l, b);
-    return handle;
+    return v.handle;
 }
+// The first instant >= now at which the head can be granted, TB_NEVER if none waits.
 static tb_ns head_ready_at_at(const char *f, int l, tb_bucket *b, tb_ns now)
 {
-    tb_ns at = tb_head_ready_at(b, now);
+    one_verdict v = {TB_STOP, 0, NULL};
+    tb_ns at = tb_grant_due(b, now, decide_once, &v);
     holds(f, l, b);
     return at;
 }
@@ -146,29 +144,6 @@ static void rebase_at(const char *f, int l, tb_bucket *b, tb_ns then, tb_ns now)
 #define REFUND(...) refund_at(__FILE__, __LINE__, __VA_ARGS__)
 #define REBASE(...) rebase_at(__FILE__, __LINE__, __VA_ARGS__)
 
-#define MS ((tb_ns)1000000)
-#define SECOND ((tb_ns)1000000000)
-
-// Whether a and b agree to within rel of the larger (or within rel absolutely near zero).
-static bool close_to(double a, double b, double rel)
-{
-    double scale = fmax(fmax(fabs(a), fabs(b)), 1.0);
-    return fabs(a - b) <= rel * scale;
-}
-
-/* splitmix64: a fixed seed per test, so failures replay exactly. */
-static uint64_t rng_state;
-static void rng_seed(uint64_t seed) { rng_state = seed; }
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15u);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-    return z ^ (z >> 31);
-}
-// Uniform in [0, n).
-static uint64_t rng_below(uint64_t n) { return rng_next() % n; }
-
 static long drift_grants = 10000000;
 
 /* ---- parameters ---- */
@@ -189,8 +164,8 @@ static void test_init_rejects_out_of_range(void)
     CHECK(INIT(&b, 1e6, 10, 10, true, (tb_order)7) == TB_EINVAL);
     CHECK(INIT(&b, 1e6, 10, 10, true, (tb_order)-1) == TB_EINVAL);
 
-    /* 2^31 ns per token times 2^30 tokens is exactly TB_MAX_SPAN: the longest refill allowed. */
-    double ns_per_token = (double)((tb_ns)1 << 31), burst = (double)((tb_ns)1 << 30);
+    /* 2^28 ns per token times 2^30 tokens is exactly TB_MAX_SPAN: the longest refill allowed. */
+    double ns_per_token = (double)((tb_ns)1 << 28), burst = (double)((tb_ns)1 << 30);
     CHECK(INIT(&b, ns_per_token, burst, burst, true, TB_FIFO) == TB_OK);
     tb_release(&b);
     CHECK(INIT(&b, ns_per_token, burst + 1, burst, true, TB_FIFO) == TB_EINVAL);
@@ -569,13 +544,15 @@ static void test_deadline_against_projection(void)
     const tb_ns projected = PROJECTED(&b, 3, 0);
     CHECK(projected == 7 * MS);
 
-    tb_rate rate = b.rates[0];
+    tb_rate rate = b.limits.rates[0];
+    tb_gcra state = b.limits.state[0];
     double tokens = TOKENS(&b, 0), queued = b.queued_tokens;
     size_t waiting = b.waiting;
     CHECK(ENQUEUE(&b, 3, 0, projected - 1, &timed, &id) == TB_ETOOLATE);
     CHECK(TOKENS(&b, 0) == tokens);
     CHECK(b.waiting == waiting && b.queued_tokens == queued && b.with_deadline == 0);
-    CHECK(memcmp(&b.rates[0], &rate, sizeof rate) == 0);
+    CHECK(memcmp(&b.limits.rates[0], &rate, sizeof rate) == 0);
+    CHECK(memcmp(&b.limits.state[0], &state, sizeof state) == 0);
 
     CHECK(ENQUEUE(&b, 3, 0, projected, &timed, &id) == TB_OK);
     CHECK(b.with_deadline == 1);
@@ -602,7 +579,7 @@ typedef struct {
     bool dyadic_amounts; /* also draw amounts such as 0.5 and 2.25 */
 } schedule_params;
 
-// Drives random FIFO traffic with a prompt driver (each head popped at tb_head_ready_at)
+// Drives random FIFO traffic with a prompt driver (each head granted at the instant tb_grant_due names)
 // and returns the largest |projected - actual| grant instant seen. Waiters enqueued with
 // a deadline at projected + slack must be refused iff slack < 0; *late counts granted
 // waiters that missed their deadline.
@@ -745,7 +722,7 @@ static void test_memory_follows_the_live_waiters(void)
     CHECK(POP(&b, 0, true) == &b);
 
     /* Churn: the slab grows (doubling) only when every slot is live, so it never exceeds
-     * twice the peak of live waiters, or the first slab tokenbucket.c allocates. */
+     * twice the peak of live waiters, or the first slab queue.c allocates. */
     enum { FIRST_SLAB = 16, OPS = 200000, MAX_LIVE = 3000 };
     uint32_t live = 0, peak = 0;
     rng_seed(4);
@@ -774,6 +751,253 @@ static void test_memory_follows_the_live_waiters(void)
     tb_release(&b);
     free(ids);
     free(order);
+}
+
+/* ---- tb_grant_due ---- */
+
+/* A scripted tb_decide: answers verdicts[i] about the i-th waiter it is asked about (TB_GRANT once
+ * the script runs out), remembering whom it was asked about, in order. */
+typedef struct {
+    const tb_verdict *verdicts;
+    int nverdicts;
+    int asked;
+    void *handles[16];
+} script;
+
+static tb_verdict decide_scripted(void *ctx, void *handle, double amount)
+{
+    (void)amount;
+    script *s = ctx;
+    if (s->asked < 16)
+        s->handles[s->asked] = handle;
+    int i = s->asked++;
+    return i < s->nverdicts ? s->verdicts[i] : TB_GRANT;
+}
+
+static tb_ns grant_due_at(const char *f, int l, tb_bucket *b, tb_ns now, script *s)
+{
+    tb_ns next = tb_grant_due(b, now, decide_scripted, s);
+    holds(f, l, b);
+    return next;
+}
+
+#define GRANT_DUE(...) grant_due_at(__FILE__, __LINE__, __VA_ARGS__)
+
+static void test_grant_due_grants_every_due_waiter_in_order(void)
+{
+    tb_bucket b;
+    int handles[4];
+    tb_id id;
+    script s = {0};
+    CHECK(INIT(&b, 1e6, 10, 10, true, TB_FIFO) == TB_OK);
+    /* Nobody waits: no question, no next instant. */
+    CHECK(GRANT_DUE(&b, 0, &s) == TB_NEVER && s.asked == 0);
+    CHECK(TAKE(&b, 10, 0));
+    const double amounts[] = {1, 1, 1, 3};
+    for (int i = 0; i < 4; i++)
+        CHECK(ENQUEUE(&b, amounts[i], 0, TB_NEVER, &handles[i], &id) == TB_OK);
+    /* Before the head is due nobody is asked, and the answer is the head's instant. */
+    CHECK(GRANT_DUE(&b, MS / 2, &s) == MS && s.asked == 0);
+    /* At 3 ms three tokens have refilled: the three heads of 1 go, in order; the 3 is due at 6 ms. */
+    CHECK(GRANT_DUE(&b, 3 * MS, &s) == 6 * MS);
+    CHECK(s.asked == 3 && s.handles[0] == &handles[0] && s.handles[1] == &handles[1] &&
+          s.handles[2] == &handles[2]);
+    CHECK(b.waiting == 1 && TOKENS(&b, 3 * MS) == 0);
+    s = (script){0};
+    CHECK(GRANT_DUE(&b, 6 * MS, &s) == TB_NEVER);
+    CHECK(s.asked == 1 && s.handles[0] == &handles[3] && b.waiting == 0);
+    tb_release(&b);
+
+    /* Smallest first: the pass follows the queue's order, not arrival. */
+    CHECK(INIT(&b, 1e6, 10, 10, true, TB_SMALLEST_FIRST) == TB_OK);
+    CHECK(TAKE(&b, 10, 0));
+    const double sizes[] = {3, 1, 2};
+    for (int i = 0; i < 3; i++)
+        CHECK(ENQUEUE(&b, sizes[i], 0, TB_NEVER, &handles[i], &id) == TB_OK);
+    s = (script){0};
+    CHECK(GRANT_DUE(&b, 6 * MS, &s) == TB_NEVER);
+    CHECK(s.asked == 3 && s.handles[0] == &handles[1] && s.handles[1] == &handles[2] &&
+          s.handles[2] == &handles[0]);
+    tb_release(&b);
+}
+
+static void test_grant_due_verdicts(void)
+{
+    tb_bucket b;
+    int handles[3];
+    tb_id ids[3];
+    CHECK(INIT(&b, 1e6, 4, 4, true, TB_FIFO) == TB_OK);
+    for (int i = 0; i < 3; i++)
+        CHECK(ENQUEUE(&b, 2, 0, TB_NEVER, &handles[i], &ids[i]) == TB_OK);
+
+    /* TB_STOP: the head stays queued, untouched, and the pass says it is due now. */
+    const tb_verdict stop[] = {TB_STOP};
+    script s = {stop, 1, 0, {0}};
+    CHECK(GRANT_DUE(&b, 0, &s) == 0);
+    CHECK(s.asked == 1 && s.handles[0] == &handles[0]);
+    CHECK(b.waiting == 3 && TOKENS(&b, 0) == 4 && b.stats.granted == 0 && b.stats.cancelled == 0);
+
+    /* TB_SKIP: the head leaves without tokens (counted cancelled); the next is asked at once. */
+    const tb_verdict skip_then_grant_then_stop[] = {TB_SKIP, TB_GRANT, TB_STOP};
+    s = (script){skip_then_grant_then_stop, 3, 0, {0}};
+    CHECK(GRANT_DUE(&b, 0, &s) == 0);
+    CHECK(s.asked == 3 && s.handles[0] == &handles[0] && s.handles[1] == &handles[1] &&
+          s.handles[2] == &handles[2]);
+    CHECK(b.waiting == 1 && TOKENS(&b, 0) == 2);
+    CHECK(b.stats.cancelled == 1 && b.stats.granted == 1 && b.stats.waits == 1);
+    /* A waiter gone through a verdict has no id any more. */
+    CHECK(WITHDRAW(&b, ids[0]) == NULL && WITHDRAW(&b, ids[1]) == NULL);
+    CHECK(WITHDRAW(&b, ids[2]) == &handles[2]);
+    CHECK(b.stats.cancelled == 2);
+    tb_release(&b);
+}
+
+static void test_grant_due_late_credit(void)
+{
+    tb_bucket b;
+    int first, second;
+    tb_id id;
+    script s = {0};
+    /* Without credit, a head granted 0.4 ms late is taken as of its grant: the next is due 1 ms later. */
+    CHECK(INIT(&b, 1e6, 1, 0, true, TB_FIFO) == TB_OK);
+    CHECK(ENQUEUE(&b, 1, 0, TB_NEVER, &first, &id) == TB_OK);
+    CHECK(ENQUEUE(&b, 1, 0, TB_NEVER, &second, &id) == TB_OK);
+    CHECK(READY_AT(&b, 0) == MS);
+    CHECK(GRANT_DUE(&b, MS + 4 * MS / 10, &s) == 2 * MS + 4 * MS / 10);
+    tb_release(&b);
+
+    /* With half a token of credit, the same head is taken as of its ready instant, 1 ms. */
+    CHECK(INIT(&b, 1e6, 1, 0, true, TB_FIFO) == TB_OK);
+    tb_set_late_credit(&b, 0.5);
+    CHECK(ENQUEUE(&b, 1, 0, TB_NEVER, &first, &id) == TB_OK);
+    CHECK(ENQUEUE(&b, 1, 0, TB_NEVER, &second, &id) == TB_OK);
+    s = (script){0};
+    CHECK(GRANT_DUE(&b, MS + 4 * MS / 10, &s) == 2 * MS);
+    CHECK(s.asked == 1 && s.handles[0] == &first);
+    /* A longer stall is credited only half a token: granted at 3 ms, taken as of 2.5 ms. */
+    CHECK(ENQUEUE(&b, 1, MS + 4 * MS / 10, TB_NEVER, &first, &id) == TB_OK);
+    s = (script){0};
+    CHECK(GRANT_DUE(&b, 3 * MS, &s) == 3 * MS + MS / 2);
+    CHECK(s.asked == 1 && s.handles[0] == &second);
+    tb_release(&b);
+
+    /* Credit outside (0, 1) tokens is none. */
+    CHECK(INIT(&b, 1e6, 1, 0, true, TB_FIFO) == TB_OK);
+    tb_set_late_credit(&b, 1.5);
+    CHECK(b.limits.late_credit == 0);
+    tb_release(&b);
+}
+
+/* ---- statistics, as good as new ---- */
+
+static void test_statistics_are_counted_once(void)
+{
+    tb_bucket b;
+    int handles[4];
+    tb_id ids[4];
+    script s = {0};
+    CHECK(INIT(&b, 1e6, 10, 10, false, TB_FIFO) == TB_OK);
+    CHECK(TAKE(&b, 4, 0) && TAKE(&b, 6, 0));
+    CHECK(!TAKE(&b, 1, 0));  /* refused: not counted */
+    CHECK(!CAN_TAKE(&b, 1, 0));
+    CHECK(b.stats.granted == 2 && b.stats.granted_tokens == 10 && b.stats.waits == 0);
+
+    /* A wait is counted at its grant: from its enqueue to the instant it was granted. */
+    CHECK(ENQUEUE(&b, 2, MS, TB_NEVER, &handles[0], &ids[0]) == TB_OK);
+    CHECK(ENQUEUE(&b, 1, MS, TB_NEVER, &handles[1], &ids[1]) == TB_OK);
+    CHECK(b.stats.waits == 0);
+    CHECK(GRANT_DUE(&b, 2 * MS, &s) == 3 * MS);  /* the 1 comes a token later */
+    CHECK(b.stats.granted == 3 && b.stats.granted_tokens == 12);
+    CHECK(b.stats.waits == 1 && b.stats.wait_ns_total == MS && b.stats.wait_ns_max == MS);
+    CHECK(GRANT_DUE(&b, 5 * MS, &s) == TB_NEVER);
+    CHECK(b.stats.granted == 4 && b.stats.granted_tokens == 13);
+    CHECK(b.stats.waits == 2 && b.stats.wait_ns_total == 5 * MS && b.stats.wait_ns_max == 4 * MS);
+
+    /* A refund takes the grant back out and counts it cancelled. */
+    REFUND(&b, 1, 5 * MS);
+    CHECK(b.stats.granted == 3 && b.stats.granted_tokens == 12 && b.stats.cancelled == 1);
+    CHECK(b.stats.waits == 2);
+
+    /* Withdrawn: cancelled. Refused past its deadline: a timeout, nothing queued. */
+    CHECK(TAKE(&b, TOKENS(&b, 5 * MS), 5 * MS));
+    CHECK(ENQUEUE(&b, 5, 5 * MS, TB_NEVER, &handles[2], &ids[2]) == TB_OK);
+    CHECK(WITHDRAW(&b, ids[2]) == &handles[2]);
+    CHECK(b.stats.cancelled == 2);
+    CHECK(ENQUEUE(&b, 5, 5 * MS, 5 * MS + 1, &handles[3], &ids[3]) == TB_ETOOLATE);
+    CHECK(b.stats.timeouts == 1 && b.stats.cancelled == 2 && b.waiting == 0);
+    CHECK(WITHDRAW(&b, ids[2]) == NULL && b.stats.cancelled == 2);  /* not twice */
+
+    /* Stranded: cancelled. A rate cut below a waiter's amount strands it for good. */
+    CHECK(ENQUEUE(&b, 8, 5 * MS, TB_NEVER, &handles[3], &ids[3]) == TB_OK);
+    CHECK(tb_set_rate(&b, 0, 1e6, 4, 5 * MS) == TB_OK);
+    bool never = false;
+    CHECK(tb_withdraw_stranded(&b, 5 * MS, &never) == &handles[3] && never);
+    HOLDS(&b);
+    CHECK(b.stats.cancelled == 3);
+    CHECK(tb_withdraw_stranded(&b, 5 * MS, &never) == NULL && b.stats.cancelled == 3);
+
+    /* Withdrawing the head (a bucket being cleared) counts the same; an empty queue has none. */
+    CHECK(ENQUEUE(&b, 1, 5 * MS, TB_NEVER, &handles[0], &ids[0]) == TB_OK);
+    CHECK(tb_withdraw_head(&b) == &handles[0]);
+    HOLDS(&b);
+    CHECK(tb_withdraw_head(&b) == NULL);
+    CHECK(b.stats.cancelled == 4 && b.waiting == 0);
+    tb_release(&b);
+}
+
+static void test_wait_statistics_follow_a_rebase(void)
+{
+    tb_bucket b;
+    int handle;
+    tb_id id;
+    script s = {0};
+    const tb_ns old_now = 1000000000000000;
+    CHECK(INIT(&b, 1e6, 1, 0, true, TB_FIFO) == TB_OK);
+    CHECK(ENQUEUE(&b, 1, old_now, TB_NEVER, &handle, &id) == TB_OK);
+    REBASE(&b, old_now + MS / 2, 0);  /* half a millisecond in, the new clock reads 0 */
+    CHECK(GRANT_DUE(&b, MS / 2, &s) == TB_NEVER);
+    CHECK(s.asked == 1 && b.stats.wait_ns_total == MS && b.stats.wait_ns_max == MS);
+    tb_release(&b);
+}
+
+static void test_as_good_as_new(void)
+{
+    tb_bucket b;
+    int handle;
+    tb_id id;
+    /* Before the first reading even a bucket with no initial tokens is new. */
+    CHECK(INIT(&b, 1e6, 10, 0, true, TB_FIFO) == TB_OK);
+    CHECK(tb_as_good_as_new(&b, 0));
+    CHECK(TOKENS(&b, 0) == 0);
+    CHECK(!tb_as_good_as_new(&b, 10 * MS - 1));
+    CHECK(tb_as_good_as_new(&b, 10 * MS));
+    /* A waiter, or a grant not yet refilled, is remembered. */
+    CHECK(ENQUEUE(&b, 1, 10 * MS, TB_NEVER, &handle, &id) == TB_OK);
+    CHECK(!tb_as_good_as_new(&b, 20 * MS));
+    CHECK(POP(&b, 10 * MS, true) == &handle);
+    CHECK(!tb_as_good_as_new(&b, 11 * MS - 1));
+    CHECK(tb_as_good_as_new(&b, 11 * MS));
+    /* So is a pause after now. */
+    tb_pause_until(&b, 20 * MS);
+    CHECK(!tb_as_good_as_new(&b, 20 * MS - 1));
+    CHECK(tb_as_good_as_new(&b, 20 * MS));
+    tb_release(&b);
+
+    /* A window is new once its last grant has left every window ending at now. */
+    CHECK(tb_init_window(&b, SECOND, 5, true, TB_FIFO) == TB_OK);
+    CHECK(TAKE(&b, 2, 0));
+    CHECK(!tb_as_good_as_new(&b, SECOND - 1));
+    CHECK(tb_as_good_as_new(&b, SECOND));
+    tb_release(&b);
+
+    /* Several rates: every one must be full. */
+    CHECK(INIT(&b, 1e6, 10, 10, true, TB_FIFO) == TB_OK);
+    CHECK(tb_add_rate(&b, 1e3, 10, 10) == TB_OK);
+    CHECK(TAKE(&b, 1, 0));
+    CHECK(!tb_as_good_as_new(&b, 1000));  /* the fast rate is full again at 1 us, the slow at 1 ms */
+    CHECK(!tb_as_good_as_new(&b, MS - 1));
+    CHECK(tb_as_good_as_new(&b, MS));
+    tb_release(&b);
 }
 
 /* ---- rebase ---- */
@@ -818,19 +1042,20 @@ static void test_rebase_keeps_tokens_and_offsets(void)
 /* ---- drift ---- */
 
 // Grants single tokens back to back through a FIFO waiter at the instant the core names
-// (tb_head_ready_at), from a full bucket anchored at t0, and checks after every grant at t
+// (tb_grant_due), from a full bucket anchored at t0, and checks after every grant at t
 // that  burst + (t - t0)/ns_per_token - 1  <=  granted  <=  burst + (t - t0)/ns_per_token.
 static void drift(double ns_per_token, double burst, long grants)
 {
     tb_bucket b;
     const tb_ns t0 = 987654321;
-    /* Both bounds get 1e-9 tokens of slack for rounding, not for drift: the checker's long
-     * double quotient, and the core's doubles when a refill instant lands within ~1e-7 ns
-     * of a whole nanosecond (burst * ns_per_token is rounded once, the refill instant is
-     * summed grant by grant), where the grant may come one nanosecond either side. A real
-     * drift grows with the number of grants and crosses any fixed slack. */
+    /* Each grant needs ns_per_token rounded up to a tick, and a full bucket holds burst *
+     * ns_per_token rounded up to a tick: the lower bound counts at that rate, never faster
+     * than asked, the upper at the rate asked. Both get 1e-9 tokens of slack for the checker's
+     * long double quotients, not for drift: a real drift grows with the number of grants and
+     * crosses any fixed slack. */
     const long double slack = 1e-9L;
     const long double rate = 1.0L / (long double)ns_per_token;
+    const long double need = ceil(ns_per_token * TB_TICKS_PER_NS), full = ceil(burst * ns_per_token * TB_TICKS_PER_NS);
     CHECK(INIT(&b, ns_per_token, burst, burst, true, TB_FIFO) == TB_OK);
     tb_ns now = t0;
     long granted = 0;
@@ -841,7 +1066,7 @@ static void drift(double ns_per_token, double burst, long grants)
         CHECK(at >= now);
         if (at > now) {
             /* Nothing is granted before at: the count must already keep up at at - 1. */
-            long double owed = (long double)burst + (long double)(at - 1 - t0) * rate;
+            long double owed = (full + (long double)(at - 1 - t0) * TB_TICKS_PER_NS) / need;
             CHECK((long double)granted >= owed - 1 - slack);
         }
         now = at;
@@ -922,14 +1147,14 @@ static void test_extreme_parameters(void)
     CHECK(TOKENS(&b, at) < 1e6);
     tb_release(&b);
 
-    /* One token an hour, a burst of 600,000 tokens: a refill span near TB_MAX_SPAN, read
-     * on a clock already 1e15 ns in. The bucket's debt is then ~2^61 ns, which a double
-     * resolves only to 256 ns, so ready instants are that exact (1e-16 of the span). */
+    /* One token an hour, a burst of 79,000 tokens: a refill span near TB_MAX_SPAN, read on a
+     * clock already 1e15 ns in (the last reading below stays under 2^58 ns). The bucket's debt
+     * is then ~2^58 ns, kept in whole ticks: ready instants are exact. */
     const double hour = 3600.0 * 1e9;
-    const tb_ns start = 1000000000000000, resolution = 256;
-    CHECK(INIT(&b, hour, 600000, 600000, true, TB_FIFO) == TB_OK);
-    CHECK(b.rates[0].burst_ns <= (double)TB_MAX_SPAN);
-    CHECK(TAKE(&b, 600000, start));
+    const tb_ns start = 1000000000000000, resolution = 0;
+    CHECK(INIT(&b, hour, 79000, 79000, true, TB_FIFO) == TB_OK);
+    CHECK(b.limits.rates[0].burst_ns <= (double)TB_MAX_SPAN);
+    CHECK(TAKE(&b, 79000, start));
     CHECK(!TAKE(&b, 1, start));
     CHECK(ENQUEUE(&b, 2, start, TB_NEVER, &handle, &id) == TB_OK);
     at = READY_AT(&b, start);
@@ -939,9 +1164,9 @@ static void test_extreme_parameters(void)
     CHECK(READY_HEAD(&b, start + (tb_ns)hour) == NULL);
     CHECK(POP(&b, at, true) == &handle);
     CHECK(close_to(TOKENS(&b, at), 0, 1e-9));
-    /* Full again once all 600,002 granted tokens have refilled. */
-    CHECK(close_to(TOKENS(&b, start + 600000 * (tb_ns)hour), 599998, 1e-12));
-    CHECK(TOKENS(&b, start + 600002 * (tb_ns)hour + resolution) == 600000);
+    /* Full again once all 79,002 granted tokens have refilled. */
+    CHECK(close_to(TOKENS(&b, start + 79000 * (tb_ns)hour), 78998, 1e-12));
+    CHECK(TOKENS(&b, start + 79002 * (tb_ns)hour + resolution) == 79000);
     tb_release(&b);
 }
 
@@ -975,6 +1200,11 @@ int main(int argc, char **argv)
     RUN(test_no_drift);
     RUN(test_fractional_amounts);
     RUN(test_extreme_parameters);
-    printf("%d passed, %d failed\n", tests_passed, tests_failed);
-    return tests_failed ? 1 : 0;
+    RUN(test_grant_due_grants_every_due_waiter_in_order);
+    RUN(test_grant_due_verdicts);
+    RUN(test_grant_due_late_credit);
+    RUN(test_statistics_are_counted_once);
+    RUN(test_wait_statistics_follow_a_rebase);
+    RUN(test_as_good_as_new);
+    return tests_summary();
 }

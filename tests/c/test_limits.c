@@ -1,0 +1,315 @@
+/* Unit tests of the limits alone (src/_tokenbucket/limits.c), run without any framework:
+ *
+ *     cc -std=c11 -O2 -Isrc/_tokenbucket -Itests/c tests/c/test_limits.c src/_tokenbucket/limits.c -lm
+ *     ./a.out
+ *
+ * Prints one line per failed check and ends with "N passed, M failed"; exits non-zero if any
+ * test failed. The bucket-level tests (tests/c/test_queue.c) cover the same arithmetic through
+ * the queue; these hold the narrow interface the queue uses to its own contracts. */
+#include "limits.h"
+
+#include "harness.h"
+
+// Fails the current test if an invariant of l is broken.
+static void holds(const char *file, int line, const tb_limits *l)
+{
+    int broken = tb_limits_check(l);
+    if (broken) {
+        char what[64];
+        snprintf(what, sizeof what, "tb_limits_check() returned %d", broken);
+        fail_at(file, line, what);
+    }
+}
+
+#define HOLDS(l) holds(__FILE__, __LINE__, (l))
+
+/* Amounts ahead of a projection, from an array. */
+typedef struct {
+    const double *amounts;
+    size_t count, at;
+} amount_array;
+
+static bool next_in_array(void *cursor, double *amount)
+{
+    amount_array *a = cursor;
+    if (a->at == a->count)
+        return false;
+    *amount = a->amounts[a->at++];
+    return true;
+}
+
+// The projection of amount behind the count amounts ahead, checked for invariants.
+static tb_ns project(const char *file, int line, tb_limits *l, const double *ahead, size_t count,
+                     double amount, tb_ns now)
+{
+    amount_array cursor = {ahead, count, 0};
+    tb_ahead queued = {.count = count, .next = next_in_array, .cursor = &cursor};
+    for (size_t i = 0; i < count; i++)
+        queued.total += ahead[i];
+    tb_ns at = tb_limits_projection(l, &queued, amount, now);
+    holds(file, line, l);
+    return at;
+}
+
+#define PROJECT(...) project(__FILE__, __LINE__, __VA_ARGS__)
+
+static void test_fits_and_fit_at_agree(void)
+{
+    tb_limits l;
+    CHECK(tb_limits_init(&l, 1e6, 10, 3) == TB_OK);
+    CHECK(!l.anchored && l.plain);
+    CHECK(tb_limits_fit_at(&l, 5, 100) == 100 + 2 * MS);  /* anchors at 100 with 3 tokens */
+    CHECK(l.anchored);
+    for (tb_ns t = 100; t < 100 + 3 * MS; t += 99991) {
+        tb_ns at = tb_limits_fit_at(&l, 5, t);
+        CHECK(tb_limits_fits(&l, 5, t) == (at == t));
+        CHECK(at >= t && tb_limits_fits(&l, 5, at) && (at == t || !tb_limits_fits(&l, 5, at - 1)));
+    }
+    /* Nothing fits above the largest grant. */
+    CHECK(l.max_amount == 10 && tb_limits_fit_at(&l, 10, 100) == 100 + 7 * MS);
+    tb_limits_release(&l);
+}
+
+static void test_take_now_and_take(void)
+{
+    tb_limits l;
+    CHECK(tb_limits_init(&l, 1e6, 4, 4) == TB_OK);
+    CHECK(tb_limits_take_now(&l, 3, 0));
+    CHECK(!tb_limits_take_now(&l, 2, 0));
+    HOLDS(&l);
+    CHECK(tb_limits_tokens(&l, 0) == 1);
+    /* A take as of an earlier instant counts the refill since then as spent. */
+    tb_limits_take(&l, 1, 0, MS);
+    HOLDS(&l);
+    CHECK(tb_limits_tokens(&l, MS) == 1);
+    tb_limits_release(&l);
+
+    /* Two rates and a pause: the short path is off, every limit still counts. */
+    CHECK(tb_limits_init(&l, 1e6, 4, 4) == TB_OK);
+    CHECK(tb_limits_add_rate(&l, 1e3, 2, 2) == TB_OK);
+    CHECK(!l.plain && l.max_amount == 2);
+    CHECK(!tb_limits_take_now(&l, 3, 0));
+    CHECK(tb_limits_take_now(&l, 2, 0));
+    CHECK(tb_limits_tokens(&l, 0) == 0);
+    CHECK(tb_limits_tokens(&l, 2000) == 2);
+    CHECK(tb_limits_add_rate(&l, 1e3, 2, 2) == TB_EINVAL);  /* not after the first reading */
+    tb_limits_pause_until(&l, 5 * MS);
+    CHECK(tb_limits_tokens(&l, 5 * MS - 1) == 0 && !tb_limits_fits(&l, 1, 5 * MS - 1));
+    CHECK(tb_limits_fit_at(&l, 1, 0) == 5 * MS);
+    CHECK(tb_limits_take_now(&l, 1, 5 * MS));
+    HOLDS(&l);
+    tb_limits_release(&l);
+}
+
+static void test_credited_at(void)
+{
+    tb_limits l;
+    CHECK(tb_limits_init(&l, 1e6, 1, 0) == TB_OK);
+    tb_limits_anchor(&l, 0);
+    /* No credit: a grant at now is taken as of now. */
+    CHECK(tb_limits_credited_at(&l, 1, 3 * MS) == 3 * MS);
+    tb_limits_set_late_credit(&l, 0.25);
+    CHECK(tb_limits_credited_at(&l, 1, MS + 100) == MS);            /* ready at 1 ms */
+    CHECK(tb_limits_credited_at(&l, 1, 3 * MS) == 3 * MS - MS / 4);  /* at most a quarter token */
+    CHECK(tb_limits_credited_at(&l, 1, MS) == MS);
+    tb_limits_release(&l);
+
+    /* A window alone has no token time: no credit. */
+    CHECK(tb_limits_init_window(&l, SECOND, 3) == TB_OK);
+    tb_limits_set_late_credit(&l, 0.5);
+    CHECK(tb_limits_credited_at(&l, 1, 7) == 7);
+    tb_limits_release(&l);
+}
+
+static void test_refund(void)
+{
+    tb_limits l;
+    CHECK(tb_limits_init_window(&l, SECOND, 5) == TB_OK);
+    CHECK(tb_limits_take_now(&l, 2, 0) && tb_limits_take_now(&l, 3, MS));
+    CHECK(tb_limits_tokens(&l, MS) == 0);
+    tb_limits_refund(&l, 2, MS);  /* the oldest grant of that size leaves the log */
+    HOLDS(&l);
+    CHECK(l.window.log_count == 1 && tb_limits_tokens(&l, MS) == 2);
+    tb_limits_refund(&l, 4, MS);  /* no such grant: nothing changes */
+    CHECK(l.window.log_count == 1);
+    CHECK(tb_limits_fit_at(&l, 5, MS) == SECOND + MS);
+    tb_limits_release(&l);
+}
+
+static void test_projection(void)
+{
+    tb_limits l;
+    CHECK(tb_limits_init(&l, 1e6, 10, 10) == TB_OK);
+    CHECK(tb_limits_take_now(&l, 10, 0));
+    const double ahead[] = {4, 10, 10};
+    /* Nothing ahead: the instant the amount fits. */
+    CHECK(PROJECT(&l, ahead, 0, 3, 0) == 3 * MS);
+    /* One rate, closed form: 4 + 3 tokens into an empty bucket. */
+    CHECK(PROJECT(&l, ahead, 1, 3, 0) == 7 * MS);
+    /* Beyond a burst: 4 + 10 + 10 + 5 tokens refill 19 past a full bucket (full at 10 ms). */
+    CHECK(PROJECT(&l, ahead, 3, 5, 0) == 29 * MS);
+
+    /* A pause ahead makes it a simulation: the same instants once the pause is over. */
+    tb_limits paused = l;
+    tb_limits_pause_until(&paused, MS);
+    CHECK(PROJECT(&paused, ahead, 1, 3, 0) == 7 * MS);
+    CHECK(PROJECT(&paused, ahead, 3, 5, 0) == 29 * MS);
+    tb_limits_pause_until(&paused, 20 * MS);
+    CHECK(PROJECT(&paused, ahead, 1, 3, 0) == 20 * MS);  /* full by then: the 4 and the 3 at once */
+    CHECK(PROJECT(&paused, ahead, 3, 5, 0) == 39 * MS);  /* 29 tokens, 10 of them there at 20 ms */
+    /* A projection changes nothing. */
+    CHECK(paused.state[0] == l.state[0] && tb_limits_tokens(&l, 0) == 0);
+    tb_limits_release(&l);
+
+    /* A window: grants in order as each fits, on a copy of the log. */
+    CHECK(tb_limits_init_window(&l, SECOND, 5) == TB_OK);
+    CHECK(tb_limits_take_now(&l, 5, 0));
+    const double window_ahead[] = {3, 2, 4};
+    CHECK(PROJECT(&l, window_ahead, 2, 1, 0) == 2 * SECOND);  /* 3 and 2 at 1 s, the 1 at 2 s */
+    CHECK(PROJECT(&l, window_ahead, 3, 1, 0) == 2 * SECOND);  /* the 4 at 2 s, the 1 with it */
+    CHECK(l.window.log_count == 1);
+    tb_limits_release(&l);
+}
+
+static void test_projection_past_the_horizon(void)
+{
+    tb_limits l;
+    const double hour = 3600.0 * 1e9;
+    CHECK(tb_limits_init(&l, hour, 80000, 0) == TB_OK);  /* a refill of 2.88e17 ns, just below 2^58 */
+    tb_limits_anchor(&l, 0);
+    const double ahead[] = {80000, 80000, 80000};
+    CHECK(PROJECT(&l, ahead, 3, 80000, 0) == TB_NEVER);  /* 4 refills is past 2^58 ns */
+    CHECK(PROJECT(&l, ahead, 0, 80000, 0) == 80000 * (tb_ns)hour);
+    tb_limits_release(&l);
+}
+
+static void test_full(void)
+{
+    tb_limits l;
+    CHECK(tb_limits_init(&l, 2.5, 4, 4) == TB_OK);
+    CHECK(tb_limits_full(&l, 0));
+    CHECK(tb_limits_take_now(&l, 1, 0));
+    CHECK(!tb_limits_full(&l, 2) && tb_limits_full(&l, 3));  /* full again at 2.5 ns */
+    tb_limits_release(&l);
+}
+
+static void test_changes(void)
+{
+    tb_limits l;
+    CHECK(tb_limits_init(&l, 1e6, 10, 10) == TB_OK);
+    CHECK(tb_limits_take_now(&l, 6, 0));
+    /* A new rate keeps the tokens held, at most its burst. */
+    CHECK(tb_limits_set_rate(&l, 0, 2e6, 20, 0) == TB_OK);
+    CHECK(tb_limits_tokens(&l, 0) == 4 && tb_limits_tokens(&l, 2 * MS) == 5 && l.max_amount == 20);
+    CHECK(tb_limits_set_rate(&l, 0, 1e6, 2, 0) == TB_OK);
+    CHECK(tb_limits_tokens(&l, 0) == 2 && l.max_amount == 2);
+    CHECK(tb_limits_set_rate(&l, 1, 1e6, 2, 0) == TB_EINVAL);
+    CHECK(tb_limits_set_rate(&l, 0, NAN, 2, 0) == TB_EINVAL);
+    CHECK(tb_limits_set_window(&l, SECOND, 1) == TB_EINVAL);  /* no window to change */
+    HOLDS(&l);
+
+    /* A rebase moves F and the pause with the clock. */
+    tb_limits_pause_until(&l, 3 * MS);
+    tb_limits_rebase(&l, 3 * MS, 0);
+    CHECK(l.paused_until == 0 && tb_limits_tokens(&l, 0) == 2);
+    tb_limits_release(&l);
+
+    CHECK(tb_limits_init_window(&l, SECOND, 5) == TB_OK);
+    CHECK(tb_limits_take_now(&l, 4, 0));
+    CHECK(tb_limits_set_window(&l, 2 * SECOND, 8) == TB_OK);
+    CHECK(tb_limits_tokens(&l, SECOND) == 4 && l.max_amount == 8);
+    CHECK(tb_limits_set_window(&l, 0, 8) == TB_EINVAL && tb_limits_set_window(&l, SECOND, 0) == TB_EINVAL);
+    tb_limits_rebase(&l, SECOND, 0);
+    CHECK(l.window.log[l.window.log_first].at == -SECOND && tb_limits_tokens(&l, 0) == 4);
+    HOLDS(&l);
+    tb_limits_release(&l);
+}
+
+static void test_check_finds_broken_invariants(void)
+{
+    tb_limits l;
+    CHECK(tb_limits_init(&l, 1e6, 10, 10) == TB_OK);
+    tb_limits_anchor(&l, 0);
+    HOLDS(&l);
+    tb_limits broken = l;
+    broken.rates[0].burst_ticks--;  /* a full rate could not grant its burst */
+    CHECK(tb_limits_check(&broken) == 1);
+    broken = l;
+    broken.max_amount = 11;
+    CHECK(tb_limits_check(&broken) == 1);
+    broken = l;
+    broken.nrates = 0;
+    CHECK(tb_limits_check(&broken) == 1);
+    tb_limits_release(&l);
+
+    CHECK(tb_limits_init_window(&l, SECOND, 5) == TB_OK);
+    CHECK(tb_limits_take_now(&l, 1, 5) && tb_limits_take_now(&l, 1, 6));
+    l.window.log[1].at = 4;  /* out of time order */
+    CHECK(tb_limits_check(&l) == 10);
+    tb_limits_release(&l);
+}
+
+static void test_needs_round_up_to_a_tick(void)
+{
+    tb_limits l;
+    /* 0.37 ns per token is 5.92 ticks: a token needs 6, so the rate is slower, never faster. */
+    CHECK(tb_limits_init(&l, 0.37, 1, 1) == TB_OK);
+    CHECK(tb_limits_take_now(&l, 1, 0));
+    CHECK(l.state[0] == 6 && l.rates[0].burst_ticks == 6);
+    CHECK(tb_limits_fit_at(&l, 1, 0) == 1);  /* full again at 6/16 ns: the next whole one */
+    CHECK(tb_limits_take_now(&l, 1, 1));
+    CHECK(l.state[0] == 6 + 6);  /* full for less than a nanosecond: its F was kept... */
+    CHECK(tb_limits_take_now(&l, 1, 3) && l.state[0] == 48 + 6);  /* ...else it restarts at now */
+    /* A refund gives back the very ticks the grant needed. */
+    tb_limits_refund(&l, 1, 3);
+    CHECK(tb_limits_tokens(&l, 3) == 1);
+    tb_limits_release(&l);
+
+    /* The longest refill from the latest clock reading keeps F below 2^63 ticks. */
+    const tb_ns last = TB_MAX_SPAN - 1;
+    CHECK(tb_limits_init(&l, (double)((tb_ns)1 << 28), (double)((tb_ns)1 << 30), 0) == TB_OK);
+    tb_limits_anchor(&l, last);
+    HOLDS(&l);
+    CHECK(l.state[0] == last * TB_TICKS_PER_NS + ((tb_ns)1 << 62));
+    CHECK(tb_limits_tokens(&l, last) == 0);
+    tb_limits_rebase(&l, last, -last);  /* onto a clock at the other end of the range */
+    CHECK(tb_limits_tokens(&l, -last) == 0 && tb_limits_tokens(&l, -last + ((tb_ns)1 << 28)) == 1);
+    tb_limits_release(&l);
+}
+
+static void test_long_queue_projection_is_a_bound(void)
+{
+    /* 64 or more amounts ahead of one rate: a closed form, never early, at most a tick per
+     * amount late. A second, loose rate makes the other limits replay the grants exactly. */
+    enum { AHEAD = 100 };
+    double ahead[AHEAD];
+    for (int i = 0; i < AHEAD; i++)
+        ahead[i] = 1 + i % 3 * 0.3;
+    tb_limits one, two;
+    CHECK(tb_limits_init(&one, 0.3, 10, 0) == TB_OK);
+    CHECK(tb_limits_init(&two, 0.3, 10, 0) == TB_OK);
+    CHECK(tb_limits_add_rate(&two, 1e-3, 1e9, 1e9) == TB_OK);
+    tb_ns bound = PROJECT(&one, ahead, AHEAD, 2, 1000);
+    tb_ns exact = PROJECT(&two, ahead, AHEAD, 2, 1000);
+    CHECK(exact > 1000 && bound >= exact && bound <= exact + AHEAD / TB_TICKS_PER_NS + 1);
+    /* Below 64 ahead, one rate replays too: the same instant as two. */
+    CHECK(PROJECT(&one, ahead, 63, 2, 1000) == PROJECT(&two, ahead, 63, 2, 1000));
+    tb_limits_release(&one);
+    tb_limits_release(&two);
+}
+
+int main(void)
+{
+    RUN(test_fits_and_fit_at_agree);
+    RUN(test_take_now_and_take);
+    RUN(test_credited_at);
+    RUN(test_refund);
+    RUN(test_projection);
+    RUN(test_projection_past_the_horizon);
+    RUN(test_full);
+    RUN(test_changes);
+    RUN(test_check_finds_broken_invariants);
+    RUN(test_needs_round_up_to_a_tick);
+    RUN(test_long_queue_projection_is_a_bound);
+    return tests_summary();
+}
