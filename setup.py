@@ -4,12 +4,19 @@ AIOTB_NO_EXTENSIONS=1  install the pure-Python twin only
 AIOTB_DEBUG_BUILD=1    -O0 -g, asserts on, warnings are errors
 AIOTB_SANITIZE=1       AddressSanitizer + UndefinedBehaviorSanitizer (implies the debug build)
 AIOTB_PUBLIC_CLOCK=1   read the running loop through public API only (binding/clock.h); the default on 3.14+
+
+When the C engine cannot be built (no C compiler, no Python headers, a compiler that rejects the code), the
+install goes on with the pure-Python twin and says so, unless a debug or sanitizer build was asked for: that
+one fails.
 """
 
 import glob
 import os
+import sys
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import CCompilerError, ExecError, PlatformError
 
 
 def _flag(name: str) -> bool:
@@ -42,4 +49,39 @@ def extensions() -> list:
     ]
 
 
-setup(ext_modules=extensions())
+FALLBACK_WARNING = """
+*********************************************************************************************
+WARNING: aiotb's C engine (aiotb._tokenbucket) was not built:
+    {error}
+aiotb is installed with its pure-Python engine only: the same limiter, slower.
+For the C engine, install a C compiler and the Python headers (for example
+`apt install gcc python3-dev`) and reinstall. To install the pure-Python engine on purpose
+and silence this warning, set AIOTB_NO_EXTENSIONS=1.
+*********************************************************************************************
+"""
+
+
+class build_ext_or_fall_back(build_ext):
+    """build_ext that leaves the C engine out, with a warning, when it cannot be built (aiotb._core then
+    chooses the twin). A debug or sanitizer build was asked for explicitly: its failure stays an error."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except PlatformError as error:  # no C compiler known for this platform
+            self._fall_back(error)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except (CCompilerError, ExecError, PlatformError) as error:
+            self._fall_back(error)
+
+    def _fall_back(self, error: Exception) -> None:
+        if _flag("AIOTB_DEBUG_BUILD") or _flag("AIOTB_SANITIZE"):
+            raise error
+        sys.stderr.write(FALLBACK_WARNING.format(error=error))
+        self.extensions = []  # nothing to copy in place or to install (the loop over the old list goes on safely)
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": build_ext_or_fall_back})

@@ -336,7 +336,7 @@ def test_the_queued_sum_does_not_drift(lib, vrun):
             await asyncio.gather(*tasks[::2], return_exceptions=True)
             if lib.name == "python":
                 core = limiter._core
-                assert core.queued_tokens + core.queued_error == math.fsum(entry[0] for entry in core.entries.values())
+                assert core.queued_tokens + core.queued_error == math.fsum(w.amount for w in core.slots if w is not None)
         waiting = limiter.waiting
         for task in asyncio.all_tasks():
             if task is not asyncio.current_task():

@@ -358,8 +358,8 @@ static PyObject *bucket_grant_due(PyObject *op, PyObject *const *args, Py_ssize_
     tb_ns next = tb_grant_due(&self->core, now, decide_waiter, &pass);
     release_waiters(pass.granted);
     release_waiters(pass.skipped);
-    if (PyErr_Occurred())
-        goto done;
+    if (PyErr_Occurred())  /* the pass stopped at the waiter it could not list, due at once: the waiters */
+        PyErr_WriteUnraisable(op);  /* granted before it are returned, and the caller's timer retries it */
     if (next == TB_NEVER)
         result = PyTuple_Pack(3, pass.granted, pass.amounts, Py_None);
     else

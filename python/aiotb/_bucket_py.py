@@ -1,0 +1,422 @@
+"""Pure-Python twin of the binding ``src/_tokenbucket/_tokenbucketmodule.c`` (and its ``binding/``
+headers): ``Bucket``, the limiter's engine, over the twin of the core (``_queue_py``, ``_limits_py``).
+
+The Python-visible API is the C module's: an unconfigured ``Bucket`` until ``_configure``, the hot
+public methods with the amount and timeout checks worded as C words them, the private methods the
+limiter's dispatcher calls, ``READY``, ``MAX_SPAN`` and ``IMPLEMENTATION`` (``"python"`` here).
+Where it differs: the clock is always the running loop's ``loop.time()`` (outside a loop asyncio's
+default clock, ``time.monotonic``) converted to nanoseconds (round half up); C reads
+CLOCK_MONOTONIC itself once it has proven that the loop's clock is that clock, and caches the
+proof. ``acquire()`` returns a coroutine (C: an awaitable object of its own) whose name is set so
+that dropping it unawaited warns as C does. Unconfigured, the error names ``type(self).__name__``
+(C: the type's ``tp_name``, ``aiotb._tokenbucket.Bucket`` for the base class). Argument
+conversions (C's ``PyFloat_AsDouble``, ``PyArg_ParseTuple``) are mirrored closely, not exactly:
+some TypeError texts differ. An error from a waiter's ``done()`` during ``_grant_due`` reaches
+``sys.unraisablehook`` through a finalizer (C: ``PyErr_WriteUnraisable``), at once on CPython and at
+the next collection elsewhere. ``_pause_until(nan)`` does nothing (C raises SystemError; the
+limiter never passes NaN)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+import time
+from asyncio import events
+from typing import Any, Awaitable, Callable, Coroutine, Generator, NoReturn
+
+from . import _queue_py
+from ._clock import is_monotonic_loop
+from ._limits_py import ENOMEM, ETOOLATE, MAX_RATES, MAX_SPAN, NEVER, OK
+
+__all__ = ["Bucket", "READY", "IMPLEMENTATION", "MAX_SPAN"]
+
+IMPLEMENTATION = "python"
+LATE_CREDIT_TOKENS = 0.99  # how late a woken waiter may be and still be granted as of its ready instant
+_MAX_SECONDS = MAX_SPAN / 1e9  # (double)TB_MAX_SPAN / 1e9
+_DEFAULT_AMOUNT: Any = 1.0  # an amount left out, which C does not check
+_monotonic = time.monotonic
+_get_running_loop = events._get_running_loop
+
+
+class _Ready:
+    """An awaitable that is already done: ``await READY`` returns None at once.
+
+    It also has ``send``/``throw``/``close``, so ``asyncio.create_task`` accepts it."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self  # type: ignore[return-value]
+
+    def __iter__(self) -> _Ready:
+        return self
+
+    def __next__(self) -> NoReturn:
+        raise StopIteration
+
+    def send(self, value: object) -> NoReturn:
+        """Finishes at once with None."""
+        raise StopIteration
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> NoReturn:
+        """Raises what it is given, as a coroutine that has not started."""
+        if val is None:
+            val = typ() if isinstance(typ, type) else typ
+        raise val
+
+    def close(self) -> None:
+        """Nothing to close."""
+        return None
+
+    def __repr__(self) -> str:
+        return "<aiotb ready>"
+
+
+READY = _Ready()
+
+
+# ---- conversions (binding/clock.h, binding/params.h) ----
+
+def seconds_to_ns(seconds: float) -> int:
+    """A loop time in seconds as whole nanoseconds (round half up), or RuntimeError if unusable."""
+    if not (math.isfinite(seconds) and abs(seconds) < _MAX_SECONDS):
+        raise RuntimeError(f"the event loop's clock returned {seconds!r}, which is not a usable time")
+    return math.floor(seconds * 1e9 + 0.5)
+
+
+def ns_to_seconds(ns: int) -> float:
+    """The earliest loop time in seconds that reads as ns or later."""
+    seconds = ns / 1e9  # C: (double)ns / 1e9, one rounding as here
+    while math.floor(seconds * 1e9 + 0.5) < ns:
+        seconds = math.nextafter(seconds, math.inf)
+    return seconds
+
+
+def _double(value: Any) -> float:
+    """value as a C double, as PyFloat_AsDouble converts it (a float, __float__ or __index__)."""
+    if isinstance(value, float):
+        return value
+    if hasattr(type(value), "__float__"):
+        return float(value)
+    return float(operator.index(value))
+
+
+def _real_number(name: str, value: object) -> float:
+    """A real number (not bool) as a float, overflowing to +-inf; TypeError naming the parameter."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+class _Unraisable:
+    """Raises its error when dropped: Python reports it to sys.unraisablehook, as C's PyErr_WriteUnraisable."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __del__(self) -> None:
+        raise self.error
+
+
+def _write_unraisable(error: BaseException) -> None:
+    """Reports error to sys.unraisablehook and goes on."""
+    _Unraisable(error)  # dropped at once (CPython; elsewhere at the next collection)
+
+
+def _core_status(status: int) -> None:
+    """Nothing for OK after a checked call, else MemoryError or SystemError."""
+    if status == OK:
+        return
+    if status == ENOMEM:
+        raise MemoryError
+    raise SystemError(f"the core rejected checked parameters (status {status})")
+
+
+class Bucket:
+    """The limiter's engine: limits, waiter queue, clock and fast path. Subclasses configure it in
+    __init__ and provide the wait as _wait(amount, timeout)."""
+
+    __slots__ = ("_core", "_configured", "_last_now", "_domain")
+
+    # provided by the subclass (aiotb._limiter.Limiter)
+    _wait: Callable[[float, float | None], Awaitable[None]]  # the wait of a request that cannot be granted now
+    _over_capacity: Callable[[object], BaseException]  # the error for an amount above the largest grant
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Bucket:
+        """An unconfigured bucket; the subclass's __init__ configures it, whatever it takes."""
+        self = object.__new__(cls)
+        self._core = _queue_py.Bucket()
+        self._configured = False  # _configure ran: until then nothing is granted
+        self._last_now: int | None = None  # the latest reading of the clock
+        self._domain: object = None  # the loop whose own clock core times are on; None: the monotonic clock
+        return self
+
+    def _configure(self, rates: tuple[tuple[float, float, float], ...], window: tuple[int, float] | None,
+                   fair: object, smallest_first: object) -> None:
+        """Sets the limits once, from values checked by the caller: rates ((ns_per_token, burst, initial),
+        ...) or window (period_ns, limit)."""
+        if self._configured:
+            raise RuntimeError(f"{type(self).__name__} is configured already")
+        order = _queue_py.SMALLEST_FIRST if smallest_first else _queue_py.FIFO
+        core = _queue_py.Bucket()
+        if window is not None:
+            period, limit = window
+            _core_status(core.init_window(operator.index(period), _double(limit), bool(fair), order))
+        else:
+            if not isinstance(rates, tuple) or not 1 <= len(rates) <= MAX_RATES:
+                raise TypeError(f"rates must be a tuple of 1 to {MAX_RATES} rates, got {rates!r}")
+            for i, rate in enumerate(rates):
+                ns_per_token, burst, initial = map(_double, rate)
+                _core_status(core.init(ns_per_token, burst, initial, bool(fair), order) if i == 0
+                             else core.add_rate(ns_per_token, burst, initial))
+        core.set_late_credit(LATE_CREDIT_TOKENS)
+        self._core = core
+        self._configured = True
+
+    # ---- the clock ----
+
+    def _now(self) -> int:
+        """The running loop's time in ns, moving the core onto that clock if it changed."""
+        loop = _get_running_loop()
+        if loop is None:  # outside a loop, asyncio's default clock
+            domain, now = None, seconds_to_ns(_monotonic())
+        else:
+            domain = None if is_monotonic_loop(loop) else loop
+            now = seconds_to_ns(_double(loop.time()))
+        if domain is not self._domain:
+            if self._last_now is not None:
+                self._core.rebase(self._last_now, now)
+            self._domain = domain
+        self._last_now = now
+        return now
+
+    def _configured_now(self) -> int:
+        """The clock's reading, or RuntimeError if the bucket is unconfigured."""
+        if not self._configured:
+            self._not_configured()
+        return self._now()
+
+    # ---- the hot parameters ----
+
+    def _not_configured(self) -> NoReturn:
+        """RuntimeError: the bucket was never configured."""
+        raise RuntimeError(f"{type(self).__name__}.__init__() was not called: the limiter has no rate yet")
+
+    def _amount(self, value: object) -> float:
+        """A valid amount for this bucket: > 0 and at most its largest grant."""
+        x = value if type(value) is float else _real_number("amount", value)
+        most = self._core.limits.max_amount
+        if x > most:
+            if not self._configured:
+                self._not_configured()
+            error = self._over_capacity(value)
+            if not isinstance(error, BaseException):
+                raise TypeError(f"_over_capacity() must return an exception, got {error!r}")
+            raise error
+        if not x > 0:
+            raise ValueError(f"amount must be finite and > 0, got {value!r}")
+        if x < math.ldexp(most, -50):
+            raise ValueError(f"amount must be at least burst / 2**50 to be counted exactly, got {value!r}")
+        return x
+
+    def _timeout(self, value: object) -> float | None:
+        """A timeout in seconds, or None for none (also for one too long to matter)."""
+        if value is None:
+            return None
+        x = _real_number("timeout", value)
+        if not x >= 0:
+            raise ValueError(f"timeout must be None or >= 0, got {value!r}")
+        return x if x < _MAX_SECONDS else None
+
+    def _amount_now(self, amount: object) -> tuple[float, int]:
+        """try_acquire's and has_capacity's amount, and the clock's reading."""
+        if not self._configured:
+            self._not_configured()
+        x = 1.0 if amount is _DEFAULT_AMOUNT else self._amount(amount)
+        return x, self._now()
+
+    # ---- the hot path ----
+
+    def __aenter__(self) -> Awaitable[None]:
+        """Takes one token: returns a done awaitable, or the wait for it."""
+        if not self._configured:
+            self._not_configured()
+        if self._core.take(1.0, self._now()):
+            return READY
+        return self._wait(1.0, None)
+
+    def __aexit__(self, *exc_info: object) -> Awaitable[None]:
+        """Gives nothing back: tokens pace starts."""
+        return READY
+
+    def acquire(self, amount: float = _DEFAULT_AMOUNT, timeout: float | None = None) -> Coroutine[Any, Any, None]:
+        """Waits for amount tokens, taken when awaited; TimeoutError at once if they cannot come within timeout."""
+        if not self._configured:
+            self._not_configured()
+        x = 1.0 if amount is _DEFAULT_AMOUNT else self._amount(amount)
+        limit = self._timeout(timeout)
+        acquisition = self._acquisition(x, limit)
+        acquisition.__qualname__ = f"{type(self).__name__}.acquire"  # named as C names it, should it warn
+        return acquisition
+
+    async def _acquisition(self, amount: float, timeout: float | None) -> None:
+        """What acquire() returns: grants at once when awaited, or waits through the limiter."""
+        if not self._core.take(amount, self._now()):
+            await self._wait(amount, timeout)
+
+    def try_acquire(self, amount: float = _DEFAULT_AMOUNT) -> bool:
+        """Takes amount tokens now if a newcomer may, else returns False."""
+        x, now = self._amount_now(amount)
+        return self._core.take(x, now)
+
+    def has_capacity(self, amount: float = _DEFAULT_AMOUNT) -> bool:
+        """Whether acquire(amount) would go through now; takes nothing."""
+        x, now = self._amount_now(amount)
+        return self._core.can_take(x, now)
+
+    @property
+    def tokens(self) -> float:
+        """Tokens available now."""
+        return self._core.tokens(self._configured_now())
+
+    @property
+    def waiting(self) -> int:
+        """Number of queued waiters."""
+        return self._core.waiting if self._configured else 0
+
+    # ---- the queue, for the dispatcher ----
+
+    def _enqueue(self, amount: float, timeout: float | None, handle: object) -> int:
+        """Queues a waiter and returns its id; TimeoutError if it cannot be granted in time."""
+        x = _double(amount)
+        now = self._configured_now()
+        deadline = NEVER if timeout is None else now + seconds_to_ns(_double(timeout))
+        status, ident = self._core.enqueue(x, now, deadline, handle)
+        if status == OK:
+            return ident
+        if status == ETOOLATE:
+            raise TimeoutError(f"{amount!r} tokens cannot be granted within {timeout!r} s")
+        raise ValueError("a deadline needs first-come-first-served order")
+
+    def _withdraw(self, ident: int) -> bool:
+        """Removes a waiter that was not granted; False if it is no longer queued."""
+        if not isinstance(ident, int):
+            raise TypeError(f"an integer is required, not {type(ident).__name__}")
+        if not 0 <= ident < 1 << 64:
+            raise OverflowError("int out of range for an unsigned 64-bit id")
+        if not self._configured:
+            return False
+        return self._core.withdraw(ident) is not None
+
+    def _drop_waiters(self) -> int:
+        """Removes every queued waiter without granting it (their loop closed); returns how many."""
+        count = 0
+        while self._configured and self._core.waiting > 0:
+            self._core.withdraw_head()
+            count += 1
+        return count
+
+    def _grant_due(self, at: float | None = None) -> tuple[list[Any], list[float], float | None]:
+        """Grants every waiter due now (or at the loop time at, if later: a timer the loop ran up to its
+        clock resolution early), in order; returns them, their amounts and the loop time the new head is
+        due, or None. A waiter whose handle is done already leaves without tokens."""
+        now = self._configured_now()
+        if at is not None:
+            due = seconds_to_ns(_double(at))
+            if due > now:
+                now = due
+        granted: list[Any] = []
+        amounts: list[float] = []
+        failed: list[BaseException] = []
+
+        def decide(handle: Any, amount: float) -> int:
+            try:
+                gone = bool(handle.done())
+            except BaseException as error:  # the pass stops at it, due at once: the caller's timer retries it
+                failed.append(error)
+                return _queue_py.STOP
+            if gone:
+                return _queue_py.SKIP
+            granted.append(handle)
+            amounts.append(amount)
+            return _queue_py.GRANT
+
+        following = self._core.grant_due(now, decide)
+        if failed:
+            _write_unraisable(failed[0])
+        return granted, amounts, None if following == NEVER else ns_to_seconds(following)
+
+    def _next_due(self) -> float | None:
+        """The loop time the head waiter can be granted (now, if it can be now), None if no one waits."""
+        at = self._core.grant_due(self._configured_now(), lambda handle, amount: _queue_py.STOP)
+        return None if at == NEVER else ns_to_seconds(at)
+
+    def _refund(self, amount: float) -> None:
+        """Gives back tokens granted to a waiter that never used them."""
+        x = _double(amount)
+        self._core.refund(x, self._configured_now())
+
+    def _reserve(self, amount: float, handle: object) -> tuple[int, float]:
+        """Queues a waiter promised its projected grant: (its id, the loop time of the grant)."""
+        if not self._configured:
+            self._not_configured()
+        x = self._amount(amount)
+        now = self._now()
+        ready = self._core.projected_grant(x, now)
+        if ready == NEVER:
+            raise MemoryError
+        status, ident = self._core.enqueue(x, now, ready, handle)
+        if status != OK:
+            if status == ENOMEM:
+                raise MemoryError
+            raise SystemError("the core broke its own projection")
+        return ident, ns_to_seconds(ready)
+
+    def _withdraw_stranded(self) -> tuple[Any, bool] | None:
+        """A waiter that can no longer be granted as promised, as (handle, never), removed; never is True
+        if it can never be granted at all. None if there is none."""
+        return self._core.withdraw_stranded(self._configured_now())
+
+    # ---- changes of the limits ----
+
+    def _set_rate(self, index: int, ns_per_token: float, burst: float) -> None:
+        """Changes a rate as of now, from values checked by the caller."""
+        slot = operator.index(index) & 0xFFFFFFFF  # C's "I": an unsigned int, unchecked
+        x, b = _double(ns_per_token), _double(burst)
+        _core_status(self._core.set_rate(slot, x, b, self._configured_now()))
+
+    def _set_window(self, period_ns: int, limit: float) -> None:
+        """Changes the window, from values checked by the caller."""
+        period, x = operator.index(period_ns), _double(limit)
+        if not self._configured:
+            self._not_configured()
+        _core_status(self._core.set_window(period, x))
+
+    def _pause_until(self, when: float) -> None:
+        """No grant before the loop time when, in seconds (a float checked by the caller)."""
+        seconds = _double(when)
+        self._configured_now()
+        if seconds >= _MAX_SECONDS:
+            raise ValueError(f"when is too far ahead: {when!r}")
+        if seconds > -_MAX_SECONDS:  # NaN fails this: C leaves it to its caller, which excludes it
+            self._core.pause_until(seconds_to_ns(seconds))
+
+    # ---- what it can tell ----
+
+    def _stats(self) -> tuple[int, float, int, float, float, int, int]:
+        """(granted, granted_tokens, waits, wait_total, wait_max, cancelled, timeouts), times in seconds."""
+        if not self._configured:
+            self._not_configured()
+        s = self._core.stats
+        return (s.granted, s.granted_tokens, s.waits, s.wait_ns_total / 1e9, float(s.wait_ns_max) / 1e9,
+                s.cancelled, s.timeouts)
+
+    def _as_good_as_new(self) -> bool:
+        """No waiter, every limit full: the same as a bucket made now."""
+        return self._core.as_good_as_new(self._configured_now())

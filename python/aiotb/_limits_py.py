@@ -1,0 +1,518 @@
+"""Pure-Python twin of ``src/_tokenbucket/limits.c``: the token arithmetic, with no queue and no clock.
+
+Every function of limits.c has its namesake here (``tb_limits_fit_at(l, ...)`` is
+``l.fit_at(...)``, a static helper ``fits(r, f, ...)`` is ``_fits(r, f, ...)``) and takes the
+same steps: a rate's state F is an int of ticks (1/16 ns) where C has one int64 word, instants
+are ints where C has int64 nanoseconds, Python floats (C doubles) stand for doubles, C's casts
+to int64 are ``int()`` (truncation) and its truncating ``/`` and ``%`` on ticks give the same
+ceiling as ``-(-t // 16)``, so both give bit-identical results. Where it differs: ints do not
+overflow (C's arithmetic is undefined past int64, which the ranges of TB_MAX_SPAN exclude); a
+rate's F is returned by ``_consume`` rather than updated through a pointer; the window's log is a
+list that always grows (C merges a grant into the newest when memory is short, and its
+projection answers NEVER when it cannot copy the log); a status is an int constant (``OK``,
+``EINVAL``, ...); the amounts ahead of a projection come from a Python iterator; ``check()``
+runs after each mutating operation only when ``DEBUG_CHECKS`` is set (C: debug builds)."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator, NamedTuple
+
+__all__ = ["OK", "EINVAL", "ENOMEM", "ETOOLATE", "NEVER", "NO_PAUSE", "MAX_SPAN", "MAX_RATES", "TICKS_PER_NS", "Rate",
+           "Grant", "Window", "Limits", "Ahead"]
+
+NEVER = (1 << 63) - 1  # TB_NEVER: "no deadline" / "no one waits"
+NO_PAUSE = -(1 << 63)  # INT64_MIN: paused_until of limits never paused
+MAX_SPAN = 1 << 58  # TB_MAX_SPAN: longest refill of a full bucket, bound of |clock readings|, ns (~9.1 years)
+TICKS_PER_NS = 16  # TB_TICKS_PER_NS: the resolution of a rate's state F
+INT64_MAX = (1 << 63) - 1
+MAX_RATES = 4  # TB_MAX_RATES
+OK, EINVAL, ENOMEM, ETOOLATE = 0, 1, 2, 3  # tb_status
+HORIZON = MAX_SPAN  # ns: projections this far read NEVER, so F stays below 2^63 ticks
+REPLAY_UP_TO = 64  # amounts ahead a one-rate projection replays exactly, rather than bound
+DEBUG_CHECKS = False  # check() after every mutating operation, as C's debug builds (tests set it)
+
+
+def _debug_check(limits: Limits) -> None:
+    """Asserts limits.check() == 0 when DEBUG_CHECKS is set."""
+    if DEBUG_CHECKS:
+        broken = limits.check()
+        assert broken == 0, f"tb_limits_check() returned {broken}"
+
+
+class Rate:
+    """tb_rate: one rate's parameters: refill of one token every ns_per_token, at most burst tokens."""
+
+    __slots__ = ("ns_per_token", "burst", "burst_ns", "initial", "burst_ticks")
+
+    def __init__(self, ns_per_token: float = 0.0, burst: float = 0.0, initial: float = 0.0) -> None:
+        self.ns_per_token = ns_per_token
+        self.burst = burst
+        self.burst_ns = burst * ns_per_token  # the most debt the rate may carry
+        self.initial = initial  # tokens at the first reading of the clock
+        self.burst_ticks = _ticks(self.burst_ns)  # burst_ns in ticks, rounded up like every need
+
+
+class Grant:
+    """tb_grant: a logged grant of the window."""
+
+    __slots__ = ("at", "amount")
+
+    def __init__(self, at: int, amount: float) -> None:
+        self.at = at  # when it was granted
+        self.amount = amount
+
+
+class Window:
+    """tb_window: at most limit tokens granted in any [t, t + period); period 0: no window."""
+
+    __slots__ = ("period", "limit", "log")
+
+    def __init__(self, period: int = 0, limit: float = 0.0) -> None:
+        self.period = period
+        self.limit = limit
+        self.log: list[Grant] = []  # grants that may still be inside a window, oldest first
+
+    def copy(self) -> Window:
+        """A copy owning a copy of the log."""
+        twin = Window(self.period, self.limit)
+        twin.log = [Grant(grant.at, grant.amount) for grant in self.log]
+        return twin
+
+
+class Ahead(NamedTuple):
+    """tb_ahead: the amounts queued ahead of a projected grant, in the order they will be granted."""
+
+    total: float  # their sum
+    count: int  # how many there are
+    amounts: Iterator[float]  # yields them one by one
+
+
+# ---- one rate: GCRA's "full again at" instant F, in ticks (C: tb_gcra, an int64; here an int) ----
+
+def _positive(x: float) -> bool:
+    """Whether x is a finite number > 0."""
+    return x > 0 and math.isfinite(x)
+
+
+def _ticks(ns: float) -> int:
+    """A span of ns >= 0 in ticks, rounded up: what a grant of that span needs (INT64_MAX from 2^63 ticks)."""
+    exact = ns * TICKS_PER_NS
+    if not exact < 2.0**63:
+        return INT64_MAX
+    whole = int(exact)
+    return whole + (whole < exact)
+
+
+def _at_tick(now: int) -> int:
+    """The instant now in ticks."""
+    return now * TICKS_PER_NS
+
+
+def _ns_from(t: int) -> int:
+    """The first whole nanosecond at or after tick t."""
+    return -(-t // TICKS_PER_NS)  # C: t / 16 + (t % 16 > 0), truncating division: the same ceiling
+
+
+def _full_since(now: int) -> int:
+    """The latest F a rate full at now may keep: a fuller one is just as full, and F stays in range."""
+    return _at_tick(now) - TICKS_PER_NS
+
+
+def _debt(f: int, now: int) -> int:
+    """F - now in ticks: how long until the rate is full again (negative: full since then)."""
+    return f - _at_tick(now)
+
+
+def _fits(r: Rate, f: int, need: int, now: int) -> bool:
+    """Whether need ticks of tokens fit in the rate at now."""
+    owed = _debt(f, now)
+    return (owed if owed > 0 else 0) <= r.burst_ticks - need
+
+
+def _full_before(f: int, now: int) -> bool:
+    """Whether the rate has been full for at least a whole nanosecond at now (F <= now - 1 ns)."""
+    return f <= _full_since(now)
+
+
+def _consume(f: int, need: int, now: int) -> int:
+    """F after taking need ticks of tokens at now: max(F, now) + need, except that a rate full for
+    less than a nanosecond keeps its F (C: updates *f)."""
+    if _full_before(f, now):
+        f = _at_tick(now)
+    return f + need
+
+
+def _rate_fit_at(r: Rate, f: int, need: int, now: int) -> int:
+    """First instant >= now at which need (<= burst_ticks) ticks of tokens fit: F - t <= burst - need."""
+    return now if _fits(r, f, need, now) else _ns_from(f - (r.burst_ticks - need))
+
+
+def _rate_tokens(r: Rate, f: int, now: int) -> float:
+    """Tokens one rate holds at now."""
+    owed = _debt(f, now)
+    if owed <= 0:
+        return r.burst
+    tokens = r.burst - float(owed) / TICKS_PER_NS / r.ns_per_token
+    return tokens if tokens > 0 else 0.0
+
+
+def _holding(r: Rate, tokens: float, now: int) -> int:
+    """F for a rate that holds tokens at now."""
+    return _at_tick(now) + _ticks((r.burst - (tokens if tokens < r.burst else r.burst)) * r.ns_per_token)
+
+
+# ---- the window: a log of grants, oldest first ----
+
+def _window_used(w: Window, t: int) -> float:
+    """Tokens of the logged grants still inside the window that ends at t."""
+    used = 0.0
+    for grant in w.log:
+        if grant.at > t - w.period:
+            used += grant.amount
+    return used
+
+
+def _window_fits(w: Window, amount: float, t: int) -> bool:
+    """Whether amount more fits in the window ending at t."""
+    return w.period == 0 or _window_used(w, t) + amount <= w.limit
+
+
+def _window_fit_at(w: Window, amount: float, t: int) -> int:
+    """First instant >= t at which amount more fits in the window: when enough old grants have left it."""
+    if _window_fits(w, amount, t):
+        return t
+    for grant in w.log:  # a grant leaves the window at its at + period
+        leaves = grant.at + w.period
+        if leaves > t and _window_fits(w, amount, leaves):
+            return leaves
+    return NEVER  # only for amount > limit
+
+
+def _window_forget(w: Window, now: int) -> None:
+    """Drops the grants that no window ending at now or later can see."""
+    log = w.log
+    drop = 0
+    while drop < len(log) and log[drop].at <= now - w.period:
+        drop += 1
+    del log[:drop]
+
+
+def _window_record(w: Window, amount: float, t: int) -> None:
+    """Logs a grant of amount at t (never before the newest logged grant)."""
+    if w.period == 0:
+        return
+    _window_forget(w, t)
+    if w.log and w.log[-1].at > t:
+        t = w.log[-1].at  # keep the log in time order
+    w.log.append(Grant(t, amount))
+
+
+def _window_unrecord(w: Window, amount: float) -> None:
+    """Takes back a logged grant of amount: the oldest of that size."""
+    for i, grant in enumerate(w.log):
+        if grant.amount == amount:
+            del w.log[i]
+            return
+
+
+# ---- every limit at once ----
+
+def _all_fit(l: Limits, amount: float, t: int) -> bool:
+    """Whether amount can be granted at t by every limit."""
+    if t < l.paused_until:
+        return False
+    for r, f in zip(l.rates, l.state):
+        if not _fits(r, f, _ticks(amount * r.ns_per_token), t):
+            return False
+    return _window_fits(l.window, amount, t)
+
+
+def _all_fit_at(l: Limits, amount: float, t: int) -> int:
+    """First instant >= t at which every limit grants amount: each fits from some instant on, so the latest."""
+    if amount > l.max_amount:
+        return NEVER
+    if t < l.paused_until:
+        t = l.paused_until
+    for r, f in zip(l.rates, l.state):
+        ready = _rate_fit_at(r, f, _ticks(amount * r.ns_per_token), t)
+        if ready > t:
+            t = ready
+    opens = _window_fit_at(l.window, amount, t)
+    return opens if opens > t else t
+
+
+def _take_all(l: Limits, amount: float, rates_at: int, now: int) -> None:
+    """Grants amount: the rates as of rates_at (never after now), the window at now."""
+    for i, r in enumerate(l.rates):
+        l.state[i] = _consume(l.state[i], _ticks(amount * r.ns_per_token), rates_at)
+    _window_record(l.window, amount, now)
+
+
+def _most_grantable(l: Limits) -> float:
+    """The largest amount any single grant may take."""
+    most = l.window.limit if l.window.period else math.inf
+    for r in l.rates:
+        if r.burst < most:
+            most = r.burst
+    return most
+
+
+def _rate_ok(ns_per_token: float, burst: float, initial: float) -> bool:
+    """Whether a rate's parameters are usable."""
+    return (_positive(ns_per_token) and _positive(burst) and initial >= 0 and initial <= burst
+            and burst * ns_per_token <= float(MAX_SPAN))
+
+
+def _late_credit_ns(l: Limits) -> int:
+    """The late credit in nanoseconds: late_credit of a token of the fastest rate (none for a window)."""
+    fastest = math.inf
+    for r in l.rates:
+        if r.ns_per_token < fastest:
+            fastest = r.ns_per_token
+    return int(l.late_credit * fastest) if l.rates else 0
+
+
+def _simulated_grant(l: Limits, ahead: Ahead, amount: float, now: int) -> int:
+    """Grant instant of amount behind the amounts ahead, found by granting them in order on a copy of the limits."""
+    copy = Limits()
+    copy.rates = l.rates  # parameters are only read
+    copy.state = list(l.state)
+    copy.window = l.window.copy()
+    copy.paused_until = l.paused_until
+    copy.max_amount = l.max_amount
+    t = now
+    for following in ahead.amounts:
+        if t >= HORIZON:
+            break
+        t = _all_fit_at(copy, following, t)
+        if t < HORIZON:
+            _take_all(copy, following, t, t)
+    if t < HORIZON:
+        t = _all_fit_at(copy, amount, t)
+    return NEVER if t >= HORIZON else t
+
+
+class Limits:
+    """tb_limits: up to MAX_RATES rates, an optional strict sliding window and a pause, all of which
+    a grant must satisfy. Made empty; init() or init_window() sets it up."""
+
+    __slots__ = ("rates", "state", "window", "paused_until", "max_amount", "anchored", "plain", "late_credit")
+
+    def __init__(self) -> None:
+        self.rates: list[Rate] = []  # every one must allow a grant (C: rates[] and nrates)
+        self.state: list[int] = []  # F of each rate, in ticks, set at the first reading of the clock
+        self.window = Window()
+        self.paused_until = NO_PAUSE  # no grant before this instant
+        self.max_amount = 0.0  # the most any single grant may take
+        self.anchored = False  # the first reading of the clock has set every F
+        self.plain = False  # one rate, no window, never paused: take_now's short path applies
+        self.late_credit = 0.0  # in time of one token of the fastest rate
+
+    # ---- set-up ----
+
+    def init(self, ns_per_token: float, burst: float, initial: float) -> int:
+        """Sets up limits of one rate; OK, or EINVAL if a parameter is out of range."""
+        if not _rate_ok(ns_per_token, burst, initial):
+            return EINVAL
+        Limits.__init__(self)
+        return self.add_rate(ns_per_token, burst, initial)
+
+    def init_window(self, period: int, limit: float) -> int:
+        """Sets up limits of a strict sliding window only; OK or EINVAL."""
+        if period <= 0 or period > MAX_SPAN or not _positive(limit):
+            return EINVAL
+        Limits.__init__(self)
+        self.window = Window(period, limit)
+        self.max_amount = limit
+        _debug_check(self)
+        return OK
+
+    def add_rate(self, ns_per_token: float, burst: float, initial: float) -> int:
+        """Adds a rate that every grant must also satisfy (before the first reading); OK or EINVAL."""
+        if len(self.rates) == MAX_RATES or self.anchored or not _rate_ok(ns_per_token, burst, initial):
+            return EINVAL
+        self.rates.append(Rate(ns_per_token, burst, initial))
+        self.state.append(0)
+        self.max_amount = _most_grantable(self)
+        self.plain = len(self.rates) == 1 and self.window.period == 0 and self.paused_until == NO_PAUSE
+        _debug_check(self)
+        return OK
+
+    def release(self) -> None:
+        """Frees the window's log."""
+        self.window.log = []
+
+    # ---- grants ----
+
+    def anchor(self, now: int) -> None:
+        """Takes now as the first reading of the clock, when there was none: each rate holds its initial tokens."""
+        if self.anchored:
+            return
+        self.anchored = True
+        for i, r in enumerate(self.rates):
+            self.state[i] = _holding(r, r.initial, now)
+
+    def tokens(self, now: int) -> float:
+        """Tokens available at now (never negative, at most the smallest burst or window limit)."""
+        self.anchor(now)
+        if now < self.paused_until:
+            return 0.0
+        tokens = self.window.limit - _window_used(self.window, now) if self.window.period else math.inf
+        for r, f in zip(self.rates, self.state):
+            held = _rate_tokens(r, f, now)
+            if held < tokens:
+                tokens = held
+        return tokens if tokens > 0 else 0.0
+
+    def fits(self, amount: float, now: int) -> bool:
+        """Whether every limit grants amount at now."""
+        self.anchor(now)
+        return _all_fit(self, amount, now)
+
+    def fit_at(self, amount: float, t: int) -> int:
+        """The first instant >= t at which every limit grants amount; NEVER only for amount > max_amount."""
+        self.anchor(t)
+        return _all_fit_at(self, amount, t)
+
+    def credited_at(self, amount: float, now: int) -> int:
+        """The instant a grant of amount that fits at now is taken as of: the first instant it fitted,
+        but not before late_credit (of a token of the fastest rate) before now."""
+        self.anchor(now)
+        ready = _all_fit_at(self, amount, now - _late_credit_ns(self))
+        return ready if ready < now else now
+
+    def take(self, amount: float, rates_at: int, now: int) -> None:
+        """Grants amount, which must fit: the rates as of rates_at (<= now), the window at now."""
+        self.anchor(now)
+        _take_all(self, amount, rates_at, now)
+        _debug_check(self)
+
+    def take_now(self, amount: float, now: int) -> bool:
+        """Grants amount at now if every limit allows it; returns whether it did."""
+        self.anchor(now)
+        if self.plain:  # the uncontended path of a plain limiter, kept short
+            r = self.rates[0]
+            need = _ticks(amount * r.ns_per_token)
+            if not _fits(r, self.state[0], need, now):
+                return False
+            self.state[0] = _consume(self.state[0], need, now)
+            _debug_check(self)
+            return True
+        if not _all_fit(self, amount, now):
+            return False
+        _take_all(self, amount, now, now)
+        _debug_check(self)
+        return True
+
+    def refund(self, amount: float, now: int) -> None:
+        """Gives back amount tokens granted earlier and never used."""
+        self.anchor(now)
+        for i, r in enumerate(self.rates):
+            self.state[i] -= _ticks(amount * r.ns_per_token)
+            if self.state[i] < _full_since(now):
+                self.state[i] = _full_since(now)
+        _window_unrecord(self.window, amount)
+        _debug_check(self)
+
+    # ---- projection ----
+
+    def projection(self, ahead: Ahead, amount: float, now: int) -> int:
+        """The instant amount is granted behind the amounts ahead, granted in order as soon as each fits,
+        if nothing else changes: exact, but with one rate and 64 or more amounts ahead a bound, never
+        early and at most a tick per amount ahead late; NEVER if that is at 2^58 ns or later."""
+        self.anchor(now)
+        if len(self.rates) != 1 or self.window.period or self.paused_until > now or ahead.count < REPLAY_UP_TO:
+            return _simulated_grant(self, ahead, amount, now)
+        # one rate, a long queue: amount is granted once it and all before it fit in a bucket full at F;
+        # each grant ahead rounds its need up by less than a tick: count ticks more, never early
+        rate = self.rates[0]
+        need = (ahead.total + amount) * rate.ns_per_token + float(ahead.count) / TICKS_PER_NS
+        if not need < float(HORIZON):
+            return NEVER
+        need_ticks = _ticks(need)
+        if need_ticks <= rate.burst_ticks:
+            t = _rate_fit_at(rate, self.state[0], need_ticks, now)
+            return t if t < HORIZON else NEVER
+        full = _at_tick(now) if _full_before(self.state[0], now) else self.state[0]
+        if not float(full) / TICKS_PER_NS + need < float(HORIZON):
+            return NEVER  # a long queue at a slow rate
+        t = _ns_from(full + (need_ticks - rate.burst_ticks))  # max(F, now) + need - burst
+        return t if t > now else now
+
+    def full(self, now: int) -> bool:
+        """Whether the limits are as good as new at now: every rate full, no grant inside the window
+        ending at now, no pause after now (true before the first reading)."""
+        if not self.anchored:
+            return True
+        if self.paused_until > now or (self.window.period and _window_used(self.window, now) > 0):
+            return False
+        return all(_debt(f, now) <= 0 for f in self.state)
+
+    # ---- changes ----
+
+    def set_late_credit(self, tokens: float) -> None:
+        """Sets the late credit in time of one token of the fastest rate: values outside (0, 1) mean 0."""
+        self.late_credit = tokens if 0 < tokens < 1 else 0.0
+
+    def set_rate(self, index: int, ns_per_token: float, burst: float, now: int) -> int:
+        """Changes rate index to a new refill and capacity as of now, keeping the tokens it holds
+        (at most the new burst); OK, or EINVAL."""
+        if not 0 <= index < len(self.rates) or not _rate_ok(ns_per_token, burst, 0):
+            return EINVAL
+        self.anchor(now)
+        tokens = _rate_tokens(self.rates[index], self.state[index], now)
+        self.rates[index] = Rate(ns_per_token, burst)
+        self.state[index] = _holding(self.rates[index], tokens, now)
+        self.max_amount = _most_grantable(self)
+        _debug_check(self)
+        return OK
+
+    def set_window(self, period: int, limit: float) -> int:
+        """Changes the window's period and limit, keeping its log of grants; OK, or EINVAL (also for
+        limits without a window)."""
+        if self.window.period == 0 or period <= 0 or period > MAX_SPAN or not _positive(limit):
+            return EINVAL
+        self.window.period = period
+        self.window.limit = limit
+        self.max_amount = _most_grantable(self)
+        _debug_check(self)
+        return OK
+
+    def pause_until(self, until: int) -> None:
+        """No grant before until (a later call can only move it later)."""
+        if until > self.paused_until:
+            self.paused_until = until
+            self.plain = False
+
+    def rebase(self, then: int, now: int) -> None:
+        """Moves the limits onto another clock, on which the old clock's then reads now."""
+        if not self.anchored:
+            return
+        shift = now - then
+        for i in range(len(self.state)):
+            if self.state[i] < _full_since(then):
+                self.state[i] = _full_since(then)
+            self.state[i] += _at_tick(shift)
+        for grant in self.window.log:
+            grant.at += shift
+        if self.paused_until != NO_PAUSE:
+            self.paused_until += shift
+        _debug_check(self)
+
+    def check(self) -> int:
+        """0 if every invariant of the limits holds, else the number of the broken one (1 or 10)."""
+        if len(self.rates) > MAX_RATES or len(self.state) != len(self.rates) or (
+                not self.rates and self.window.period == 0):
+            return 1
+        for r in self.rates:
+            if (not _positive(r.ns_per_token) or not _positive(r.burst) or r.burst_ns != r.burst * r.ns_per_token
+                    or r.burst_ticks != _ticks(r.burst_ns)):
+                return 1
+        if self.max_amount != _most_grantable(self):
+            return 1
+        log = self.window.log
+        for i in range(1, len(log)):
+            if log[i].at < log[i - 1].at or not _positive(log[i].amount):
+                return 10
+        return 0
