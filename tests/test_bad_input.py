@@ -382,3 +382,35 @@ def test_default_amount_is_counted_or_refused(lib, vrun):
 
     with pytest.raises(ValueError, match="amount"):
         vrun(main())
+
+
+@pytest.mark.parametrize("call", ["async with", "acquire()", "try_acquire()", "has_capacity()"])
+def test_a_default_amount_above_the_capacity_gets_the_limiters_own_error(lib, vrun, call):
+    """AsyncLimiter(0.5, 1) holds half a token (Limiter refuses a burst below 1): a call that names no
+    amount asks for 1 and is refused with aiolimiter's text, before any queueing, changing nothing;
+    has_capacity() answers False, as aiolimiter's does."""
+    limiter = lib.AsyncLimiter(0.5, 1)
+
+    async def main() -> object:
+        before = (limiter.tokens, limiter.waiting)
+        try:
+            if call == "async with":
+                async with limiter:
+                    pass
+            elif call == "acquire()":
+                await limiter.acquire()
+            elif call == "try_acquire()":
+                return limiter.try_acquire()
+            else:
+                return limiter.has_capacity()
+        except ValueError as error:
+            assert (limiter.tokens, limiter.waiting) == before
+            return error
+        return None
+
+    outcome = vrun(main())
+    if call == "has_capacity()":
+        assert outcome is False
+    else:
+        assert isinstance(outcome, ValueError)
+        assert str(outcome) == "Can't acquire more than the maximum capacity"

@@ -234,11 +234,17 @@ class Bucket:
             raise ValueError(f"timeout must be None or >= 0, got {value!r}")
         return x if x < _MAX_SECONDS else None
 
+    def _default_amount(self) -> float:
+        """The amount of a call that names none: 1, unless that is above the largest grant."""
+        if self._core.limits.max_amount < 1.0:
+            self._amount(1)  # raises the limiter's own error
+        return 1.0
+
     def _amount_now(self, amount: object) -> tuple[float, int]:
         """try_acquire's and has_capacity's amount, and the clock's reading."""
         if not self._configured:
             self._not_configured()
-        x = 1.0 if amount is _DEFAULT_AMOUNT else self._amount(amount)
+        x = self._default_amount() if amount is _DEFAULT_AMOUNT else self._amount(amount)
         return x, self._now()
 
     # ---- the hot path ----
@@ -249,7 +255,7 @@ class Bucket:
             self._not_configured()
         if self._core.take(1.0, self._now()):
             return READY
-        return self._wait(1.0, None)
+        return self._wait(self._default_amount(), None)
 
     def __aexit__(self, *exc_info: object) -> Awaitable[None]:
         """Gives nothing back: tokens pace starts."""
@@ -259,7 +265,7 @@ class Bucket:
         """Waits for amount tokens, taken when awaited; TimeoutError at once if they cannot come within timeout."""
         if not self._configured:
             self._not_configured()
-        x = 1.0 if amount is _DEFAULT_AMOUNT else self._amount(amount)
+        x = self._default_amount() if amount is _DEFAULT_AMOUNT else self._amount(amount)
         limit = self._timeout(timeout)
         acquisition = self._acquisition(x, limit)
         acquisition.__qualname__ = f"{type(self).__name__}.acquire"  # named as C names it, should it warn

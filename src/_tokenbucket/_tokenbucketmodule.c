@@ -139,7 +139,10 @@ static PyObject *bucket_aenter(PyObject *op, PyObject *Py_UNUSED(ignored))
         return NULL;
     if (tb_take(&self->core, 1.0, now))
         return Py_NewRef(self->state->ready);
-    return wait_for_grant(self, 1.0, Py_None);
+    double amount;
+    if (default_amount(self, &amount) < 0)
+        return NULL;
+    return wait_for_grant(self, amount, Py_None);
 }
 
 // __aexit__(*exc_info): nothing to give back; tokens pace starts, not durations.
@@ -154,12 +157,12 @@ static PyObject *bucket_acquire(PyObject *op, PyObject *const *args, Py_ssize_t 
 {
     BucketObject *self = (BucketObject *)op;
     PyObject *amount_arg = NULL, *timeout_arg = Py_None;
-    double amount = 1.0, timeout;
+    double amount, timeout;
     if (amount_and_timeout("acquire", args, PyVectorcall_NARGS(nargsf), kwnames, true, &amount_arg, &timeout_arg) < 0)
         return NULL;
     if (!self->configured)
         return not_configured(self), NULL;
-    if (amount_arg && parse_amount(self, amount_arg, &amount) < 0)
+    if ((amount_arg ? parse_amount(self, amount_arg, &amount) : default_amount(self, &amount)) < 0)
         return NULL;
     if (parse_timeout(self, timeout_arg, &timeout) < 0)
         return NULL;
@@ -182,12 +185,11 @@ static int amount_now(BucketObject *self, const char *method, PyObject *const *a
                       PyObject *kwnames, double *amount, tb_ns *now)
 {
     PyObject *amount_arg = NULL, *unused = NULL;
-    *amount = 1.0;
     if (amount_and_timeout(method, args, PyVectorcall_NARGS(nargsf), kwnames, false, &amount_arg, &unused) < 0)
         return -1;
     if (!self->configured)
         return not_configured(self);
-    if (amount_arg && parse_amount(self, amount_arg, amount) < 0)
+    if ((amount_arg ? parse_amount(self, amount_arg, amount) : default_amount(self, amount)) < 0)
         return -1;
     return bucket_now(self, now);
 }

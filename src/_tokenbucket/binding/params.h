@@ -83,6 +83,21 @@ static int parse_amount(BucketObject *self, PyObject *value, double *out)
     return 0;
 }
 
+// The amount of a call that names none: 1, unless that is above the largest grant. 0, or -1 with the
+// limiter's own error.
+COLD static int default_amount(BucketObject *self, double *out)
+{
+    *out = 1.0;
+    if (*out <= self->core.limits.max_amount)
+        return 0;
+    PyObject *one = PyLong_FromLong(1);
+    if (one == NULL)
+        return -1;
+    (void)over_capacity(self, one);
+    Py_DECREF(one);
+    return -1;
+}
+
 // A timeout in seconds, or -1.0 for none. 0, or -1 with an exception.
 static int parse_timeout(BucketObject *self, PyObject *value, double *out)
 {
