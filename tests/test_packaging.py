@@ -135,8 +135,13 @@ def test_without_a_compiler_the_install_falls_back_to_the_twin_and_says_so(
     assert "pure-Python engine" in warning and "AIOTB_NO_EXTENSIONS=1" in warning
 
     check = (
-        "import asyncio, aiotb\n"
+        "import asyncio, warnings\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import aiotb\n"
         "assert aiotb.IMPLEMENTATION == 'python', aiotb.IMPLEMENTATION\n"
+        "(warning,) = [w for w in caught if w.category is RuntimeWarning]\n"  # pip without -v hid the build's
+        "assert 'not built' in str(warning.message) and 'AIOTB_NO_EXTENSIONS=1' in str(warning.message)\n"
         "async def main():\n"
         "    limiter = aiotb.Limiter(100, 1, burst=1)\n"  # 11 grants: 10 refills of 10 ms each
         "    loop = asyncio.get_running_loop()\n"
@@ -149,3 +154,6 @@ def test_without_a_compiler_the_install_falls_back_to_the_twin_and_says_so(
     )
     elapsed = float(run([python, "-c", check], cwd=tmp_path))
     assert 0.09 <= elapsed < 5, elapsed  # late timers may shorten the span by less than one token's time
+    # chosen on purpose: no warning
+    chosen = "import aiotb; print(aiotb.IMPLEMENTATION)"
+    assert run([python, "-W", "error", "-c", chosen], cwd=tmp_path, AIOTB_NO_EXTENSIONS="1").strip() == "python"
