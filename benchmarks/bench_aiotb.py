@@ -1,13 +1,10 @@
-"""aiotb: the C core, and its pure-Python twin built on the same glue."""
+"""aiotb: the C core, and the same package on its pure-Python engine (see twin.py)."""
 
 from __future__ import annotations
 
 import aiotb
-from aiotb import _core_py
-from aiotb._limiter import build
+import twin
 from competitor import Competitor, version_of
-
-TwinLimiter, _ = build(_core_py)
 
 MAPPING = "Limiter(rate, 1, burst=burst); `async with limiter` takes one token, acquire(n) takes n"
 
@@ -25,5 +22,5 @@ def _competitor(key: str, label: str, limiter_class: type) -> Competitor:
 
 COMPETITORS = [
     _competitor("aiotb", f"aiotb {version_of('aiotb')} ({aiotb.IMPLEMENTATION} core)", aiotb.Limiter),
-    _competitor("aiotb-py", f"aiotb {version_of('aiotb')} (pure-Python twin)", TwinLimiter),
+    _competitor("aiotb-py", f"aiotb {version_of('aiotb')} (pure-Python twin)", twin.package().Limiter),
 ]

@@ -12,7 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import registry
 from matplotlib.ticker import FuncFormatter
-from report import find, grouped, label
+from results import find, grouped, label
+from scenarios import QUANTILES
 
 COLOURS = {
     "aiotb": "#d62728",
@@ -184,8 +185,6 @@ def lateness(results: dict[str, Any], directory: Path) -> Path | None:
                                                             for e in entries)]
     if not loops:
         return None
-    from scenarios import QUANTILES
-
     figure, axes = plt.subplots(len(loops), 2, figsize=(13, 4.6 * len(loops)), squeeze=False)
     for row, loop in enumerate(loops):
         for column, (field, what) in enumerate((("lateness_quantiles_ms", "all waiters, start-up included"),

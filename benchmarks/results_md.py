@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from report import Table, find, fmt, grouped, label
+from results import find, grouped, label
+from tables import Table, fmt
 
 METHOD = """\
 - **Processes.** The uncontended scenario runs in fresh child processes, {processes} per loop, one after the

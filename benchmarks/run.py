@@ -24,6 +24,7 @@ sys.path.insert(0, str(HERE))
 
 import registry
 from bench_reference import NOOP_DIR_ENV, NOOP_KEYS
+from results import describe_competitor, environment, load_raw, save_raw
 
 LOOPS = ["asyncio", "uvloop"]
 SCENARIOS = ["uncontended", "contended", "smooth", "mixed", "churn", "classic"]
@@ -337,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
 
     raw = CACHE / f"results-{profile.name}{'-partial' if partial else ''}.json"
     if args.report_only:
-        results = json.loads(raw.read_text())
+        results = load_raw(raw)
         print(report.render_text(results))
         print("wrote", ", ".join(str(p) for p in report.write(results, out)), file=sys.stderr)
         return 0
@@ -351,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         for key in noop_keys:
             runner.unavailable[key] = noop_problem
             runner.competitors.pop(key, None)
-    meta = report.environment(loops)
+    meta = environment(loops)
     meta.update(profile=asdict(profile), scenarios=only, started=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
     runner.progress.say(f"profile {profile.name}: {', '.join(only)} on {', '.join(loops)}")
     for scenario in only:
@@ -359,10 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     meta["duration_s"] = time.monotonic() - runner.progress.started
     meta["load_after"] = os.getloadavg()
     results = {"meta": meta, "unavailable": runner.unavailable,
-               "competitors": {k: report.describe_competitor(c) for k, c in runner.competitors.items()},
+               "competitors": {k: describe_competitor(c) for k, c in runner.competitors.items()},
                **runner.results}
-    CACHE.mkdir(exist_ok=True)
-    raw.write_text(json.dumps(results))
+    save_raw(results, raw)
     print(report.render_text(results))
     written = report.write(results, out)
     runner.progress.say(f"done in {runner.progress.elapsed()}; wrote {', '.join(str(p) for p in written)}")

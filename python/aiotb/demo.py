@@ -1,42 +1,109 @@
-"""A short look at aiotb: ``python -m aiotb.demo``.
+"""A short look at aiotb: ``python -m aiotb.demo [AsyncLimiter]``.
 
-Sixty requests through Limiter(20, 1, burst=5): five go at once, then exactly
-one every 50 ms; a big request keeps its place in the queue; a task that gives
-up waiting takes nothing with it."""
+Sixty requests arrive at once at a limiter of 20 tokens per second with a burst of 5: thirty for
+one token, then a big one for five, then twenty-nine more for one; then one more that will not
+wait longer than half a second. Each request notes when it arrived and when it was granted, and
+every figure printed is computed from those notes: where the big request ended up, the rate the
+limiter kept after its first burst, and what became of the impatient request.
+
+``Limiter`` (the default) serves in arrival order and takes a ``timeout``; ``AsyncLimiter``,
+the drop-in for aiolimiter's, lets the smallest request go first and has no timeout."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
+from typing import Callable
 
-from . import IMPLEMENTATION, Limiter
+from . import IMPLEMENTATION, AsyncLimiter, Limiter
+
+BIG = 5  # tokens the big request asks for
+PATIENCE = 0.5  # seconds the impatient request is willing to wait
 
 
-async def main() -> None:
-    limiter = Limiter(20, 1, burst=5)
+def fair_limiter() -> Limiter:
+    return Limiter(20, 1, burst=5)
+
+
+def aiolimiter_style() -> Limiter:
+    return AsyncLimiter(5, 0.25)  # capacity is max_rate, as in aiolimiter: 5 at once, 20 per second
+
+
+def ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+async def main(make_limiter: Callable[[], Limiter] = fair_limiter, *, before: int = 30, after: int = 29) -> None:
+    """Runs the requests through ``make_limiter()``: ``before`` small ones, the big one, ``after`` small ones,
+    then the impatient one; prints what happened."""
+    limiter = make_limiter()
     loop = asyncio.get_running_loop()
     start = loop.time()
-    grants: list[float] = []
+    arrived: list[str] = []
+    granted: list[tuple[str, float, float]] = []  # (request, tokens, seconds since start), in grant order
 
-    async def request(amount: float = 1) -> None:
-        await limiter.acquire(amount)
-        grants.append(loop.time() - start)
+    async def request(name: str, tokens: float) -> None:
+        arrived.append(name)
+        await limiter.acquire(tokens)
+        granted.append((name, tokens, loop.time() - start))
 
-    print(f"aiotb engine: {IMPLEMENTATION}; {limiter!r}")
-    small = [asyncio.create_task(request()) for _ in range(30)]
-    big = asyncio.create_task(request(5))
-    more = [asyncio.create_task(request()) for _ in range(29)]
-    impatient = asyncio.create_task(limiter.acquire(1, timeout=0.5))
-    await asyncio.gather(*small, big, *more)
-    try:
-        await impatient
-    except TimeoutError as error:
-        print(f"fail-fast acquire: TimeoutError at once ({error})")
-    tokens = 59 * 1 + 5  # the 59 small requests and the big one
-    last = max(grants)
-    print(f"{len(grants)} grants; the big request was number {sorted(grants).index(grants[30]) + 1} "
-          f"in line, right behind the 30 that came before it")
-    print(f"{tokens - 5} tokens after the first burst of 5, the last at {last:.3f} s: "
-          f"{(tokens - 5) / last:.2f} tokens/s (configured: 20/s)")
+    async def impatient() -> str:
+        arrived.append("impatient")
+        asked = loop.time()
+        try:
+            waiting = limiter.acquire(1, timeout=PATIENCE)
+        except TypeError:  # no timeout here: ask whether a token is free now, as aiolimiter users do
+            if not limiter.has_capacity(1):
+                return (f"{type(limiter).__name__} takes no timeout; has_capacity(1) was False, so the impatient "
+                        f"request did not queue: it gave up after {(loop.time() - asked) * 1e3:.3f} ms")
+            waiting = limiter.acquire(1)
+        try:
+            await waiting
+        except TimeoutError:
+            return f"acquire(1, timeout={PATIENCE}): TimeoutError after {(loop.time() - asked) * 1e3:.3f} ms"
+        granted.append(("impatient", 1, loop.time() - start))
+        return f"the impatient request was granted after {(loop.time() - asked) * 1e3:.3f} ms"
+
+    print(f"{type(limiter).__name__}: {limiter.rate:g} tokens/s, burst {limiter.burst:g}, fair={limiter.fair}")
+    print(f"{before + 1 + after} requests at once ({before} for 1 token, 1 for {BIG}, {after} for 1), "
+          f"then one that will wait at most {PATIENCE} s")
+    names = [f"small {i + 1}" for i in range(before + after)]
+    tasks = [asyncio.create_task(request(name, 1)) for name in names[:before]]
+    tasks.append(asyncio.create_task(request("big", BIG)))
+    tasks += [asyncio.create_task(request(name, 1)) for name in names[before:]]
+    fail_fast = asyncio.create_task(impatient())
+    await asyncio.gather(*tasks)
+    outcome = await fail_fast
+
+    order = [name for name, _, _ in granted]
+    place = order.index("big")
+    overtook = [name for name in order[:place] if arrived.index(name) > arrived.index("big")]
+    print(f"the big request arrived {ordinal(arrived.index('big') + 1)} and was granted {ordinal(place + 1)} of "
+          f"{len(order)}, at {granted[place][2]:.3f} s; of the {place} granted before it, {len(overtook)} "
+          "arrived after it")
+
+    stats = limiter.stats()
+    at_once = stats.granted - stats.waits  # the first grants, which did not queue
+    burst_tokens = sum(tokens for _, tokens, _ in granted[:at_once])
+    paced = granted[at_once:]
+    if paced:
+        tokens = sum(tokens for _, tokens, _ in paced)
+        span = paced[-1][2] - (granted[at_once - 1][2] if at_once else 0.0)
+        print(f"{burst_tokens:g} tokens granted at once, then {tokens:g} more in {span:.3f} s: "
+              f"{tokens / span:.2f} tokens/s (configured: {limiter.rate:g}/s)")
+    else:
+        print(f"all {burst_tokens:g} tokens granted at once: none had to wait")
+    print(outcome)
+
+
+def cli(argv: list[str]) -> None:
+    choices = {"Limiter": fair_limiter, "AsyncLimiter": aiolimiter_style}
+    if len(argv) > 1 or (argv and argv[0] not in choices):
+        sys.exit(f"usage: python -m aiotb.demo [{' | '.join(choices)}]")
+    print(f"aiotb engine: {IMPLEMENTATION}")
+    asyncio.run(main(choices[argv[0]] if argv else fair_limiter))
+
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    cli(sys.argv[1:])

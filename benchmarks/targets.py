@@ -1,0 +1,152 @@
+"""The targets of the issue, judged from a run's raw results: (target, verdict, evidence) triples."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from results import find, grouped, paired_ratio
+
+
+def _beyond_reach(results: dict[str, Any], scenario: str, entry: dict[str, Any]) -> str | None:
+    """Why no limiter could pace this run on this machine, from what the run measured; None if it could."""
+    res, p, loop = entry["result"], entry["params"], entry["loop"]
+    if scenario == "contended" and (res.get("cpu_pct") or 0) >= 95:
+        floor = find(grouped(results["contended"]), loop, "no-limiter", n=p["n"])
+        if floor and floor.get("rate_error_pct") is not None and abs(floor["rate_error_pct"]) > 0.1:
+            return (f"CPU-bound: aiotb used {res['cpu_pct']:.0f} % CPU and even the no-limiter floor, which only "
+                    f"sleeps to each ideal instant, reached {floor['rate_error_pct']:+.3f} % at "
+                    f"{floor['cpu_pct']:.0f} % CPU")
+    woke = results.get("wakeups", {}).get(loop) or {}
+    if scenario == "smooth" and p["burst"] <= 1 and woke.get("wakes_per_s"):
+        period_ms = 1e3 * woke["period_s"]
+        share = ("burst 1 lets at most two grants share one wake-up of the loop (the token, and under one token "
+                 "of credit for a late wake-up)")
+        if woke["cpu_pct"] >= 95:
+            return (f"{share}, and {loop} cannot time a {period_ms:g} ms sleep: it runs it at once, "
+                    f"{woke['wakes_per_s']:,.0f} wake-ups/s at {woke['cpu_pct']:.0f} % CPU, which is polling, "
+                    "ruled out by the CPU target; its timers have whole-millisecond resolution")
+        if 2 * woke["wakes_per_s"] < p["rate"]:
+            return (f"{share}, and {loop} woke a task sleeping {period_ms:g} ms only {woke['wakes_per_s']:,.0f} "
+                    f"times/s, so at most {2 * woke['wakes_per_s']:,.0f} grants/s: its timers have "
+                    "whole-millisecond resolution, plus latency")
+    return None
+
+
+WINDOW_CHECK_MAX_N = 10_000  # above this, resume stamps can trail grants by more than the bound's slack
+
+
+def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(target, verdict, evidence) for each target of the issue that this run measured."""
+    out: list[tuple[str, str, str]] = []
+    unc = results["uncontended"]
+
+    def verdict(ok: bool | None) -> str:
+        return "not measured" if ok is None else ("holds" if ok else "missed")
+
+    for loop in ("asyncio", "uvloop"):
+        ns = unc.get(loop, {}).get("ns", {})
+        if "aiotb" in ns and "c-noop" in ns:
+            a, f = statistics.median(ns["aiotb"]), statistics.median(ns["c-noop"])
+            ratio = paired_ratio(ns, "aiotb", "c-noop")
+            bare = (f"; the bare C bucket {paired_ratio(ns, 'c-bucket', 'c-noop'):.2f} ×" if "c-bucket" in ns else "")
+            out.append((f"Uncontended ({loop}): aiotb ≤ 1.3 × the C no-op floor", verdict(ratio <= 1.3),
+                        f"aiotb {a:.1f} ns, floor {f:.1f} ns: {ratio:.2f} ×{bare}"))
+        else:
+            out.append((f"Uncontended ({loop}): aiotb ≤ 1.3 × the C no-op floor", verdict(None), "no data"))
+        if "aiotb" in ns and "aiolimiter" in ns:
+            a, b = statistics.median(ns["aiotb"]), statistics.median(ns["aiolimiter"])
+            ratio = paired_ratio(ns, "aiolimiter", "aiotb")
+            out.append((f"Uncontended ({loop}): aiotb ≥ 8 × faster than aiolimiter", verdict(ratio >= 8),
+                        f"aiotb {a:.1f} ns, aiolimiter {b:.1f} ns: {ratio:.1f} × faster"))
+        else:
+            out.append((f"Uncontended ({loop}): aiotb ≥ 8 × faster than aiolimiter", verdict(None), "no data"))
+
+    contended = grouped(results["contended"])
+
+    def cpu(loop: str, key: str, n: int) -> float | None:
+        r = find(contended, loop, key, n=n, rate=n / 4)
+        return r.get("cpu_us_per_grant") if r and r.get("complete") else None
+
+    a, b, f = cpu("asyncio", "aiotb", 100_000), cpu("asyncio", "aiolimiter", 100_000), cpu("asyncio", "no-limiter", 100_000)
+    out.append(("Contended N=100k at 25k/s (asyncio): aiotb CPU/acquisition ≤ 0.5 × aiolimiter's",
+                verdict(None if a is None or b is None else a <= 0.5 * b),
+                "no data" if a is None or b is None else f"aiotb {a:.2f} µs, aiolimiter {b:.2f} µs: {a / b:.2f} ×"))
+    out.append(("Contended N=100k at 25k/s (asyncio): aiotb CPU/acquisition ≤ 1.2 × the no-limiter floor",
+                verdict(None if a is None or f is None else a <= 1.2 * f),
+                "no data" if a is None or f is None else f"aiotb {a:.2f} µs, floor {f:.2f} µs: {a / f:.2f} ×"))
+
+    r = find(contended, "asyncio", "aiotb", n=10_000, rate=2_500.0)
+    q = find(contended, "asyncio", "aiolimiter", n=10_000, rate=2_500.0)
+    steady = (r or {}).get("steady_lateness_ms") or {}
+    out.append(("Contended N=10k at 2.5k/s (asyncio): aiotb steady-state p99 lateness ≤ 1.5 ms",
+                verdict(None if not steady else steady["p99"] <= 1.5),
+                "no data" if not steady else f"p99 {steady['p99']:.2f} ms (max {steady['max']:.2f} ms)"))
+    overall, theirs = (r or {}).get("lateness_ms"), (q or {}).get("lateness_ms")
+    out.append(("Contended N=10k at 2.5k/s (asyncio): aiotb overall p99 (start-up included) ≤ aiolimiter's",
+                verdict(None if not overall or not theirs else overall["p99"] <= theirs["p99"]),
+                "no data" if not overall or not theirs
+                else f"aiotb {overall['p99']:.2f} ms, aiolimiter {theirs['p99']:.2f} ms"))
+
+    u = find(contended, "uvloop", "aiotb", n=10_000, rate=2_500.0)
+    ul = find(contended, "uvloop", "aiolimiter", n=10_000, rate=2_500.0)
+    out.append(("uvloop N=10k at 2.5k/s: aiotb CPU ≤ 30 % of wall",
+                verdict(None if not u else u["cpu_pct"] <= 30),
+                "no data" if not u else f"aiotb {u['cpu_pct']:.1f} %"
+                + (f", aiolimiter {ul['cpu_pct']:.1f} %" if ul and ul.get("cpu_pct") is not None else "")))
+
+    rate_misses, window_misses, rate_checked, window_checked = [], [], 0, 0
+    out_of_reach: list[str] = []
+    window_unclear: list[str] = []
+    for scenario in ("contended", "smooth", "churn", "classic"):
+        for entry in results[scenario]:
+            if entry["competitor"] != "aiotb":
+                continue
+            res, p = entry["result"], entry["params"]
+            where = (f"{scenario} {entry['loop']} N={p['n']:,} R={p['rate']:,.0f} burst={p['burst']:,.0f}"
+                     f" rep {entry['repetition'] + 1}")
+            if res.get("rate_error_pct") is not None:
+                rate_checked += 1
+                if abs(res["rate_error_pct"]) > 0.1 or not res.get("complete"):
+                    why = _beyond_reach(results, scenario, entry) if res.get("complete") else None
+                    (out_of_reach if why else rate_misses).append(
+                        f"{where}: {res['rate_error_pct']:+.3f} %" + (f" ({why})" if why else ""))
+            if res.get("windows_over_bound") is not None:
+                if p["n"] > WINDOW_CHECK_MAX_N:
+                    if res["windows_over_bound"]:
+                        window_unclear.append(f"{where}: {res['max_in_window']:,} > {res['window_bound']:,.0f}")
+                    continue
+                window_checked += 1
+                if res["windows_over_bound"]:
+                    window_misses.append(f"{where}: {res['max_in_window']} in 1 s > {res['window_bound']:.0f}")
+    within = rate_checked - len(rate_misses) - len(out_of_reach)
+    rate_verdict = verdict(None if not rate_checked else not rate_misses)
+    if rate_checked and not rate_misses and out_of_reach:
+        rate_verdict = f"holds in {within} of {rate_checked}; OUT OF REACH in {len(out_of_reach)}"
+    out.append(("Achieved rate within ±0.1 % of configured, every aiotb run", rate_verdict,
+                f"{within} of {rate_checked} runs within"
+                + ("; missed: " + "; ".join(rate_misses) if rate_misses else "")
+                + ("; out of reach on this machine: " + "; ".join(out_of_reach) if out_of_reach else "")))
+    floor_over = [(f"{e['loop']} N={e['params']['n']:,}: {e['result']['max_in_window']:,} > "
+                   f"{e['result']['window_bound']:,.0f}")
+                  for e in results["contended"] if e["competitor"] == "no-limiter"
+                  and e["params"]["n"] > WINDOW_CHECK_MAX_N and e["result"].get("windows_over_bound")]
+    out.append(((f"Zero 1 s windows over the token-bucket bound (burst + R × 1 s), every aiotb run with "
+                 f"N ≤ {WINDOW_CHECK_MAX_N:,}"),
+                verdict(None if not window_checked else not window_misses),
+                f"{window_checked} runs checked; " + ("; ".join(window_misses) if window_misses else "none over")
+                + ("; larger runs are not judged because a grant is stamped when its task resumes, which at "
+                   "100k+ waiters can be hundreds of ms after the grant (long loop iterations, GC pauses): "
+                   + (f"aiotb over the bound in {'; '.join(window_unclear)}; " if window_unclear else
+                      "aiotb stayed within it anyway; ")
+                   + (f"the no-limiter floor, which has no bucket at all, is over it too in {'; '.join(floor_over)}"
+                      if floor_over else "the no-limiter floor stayed within it")
+                   if window_unclear or floor_over else "")))
+
+    for loop in ("asyncio", "uvloop"):
+        big, small = cpu(loop, "aiotb", 1_000_000), cpu(loop, "aiotb", 10_000)
+        out.append((f"1M waiters ({loop}): aiotb CPU/acquisition ≤ 1.3 × the 10k figure",
+                    verdict(None if big is None or small is None else big <= 1.3 * small),
+                    "no data" if big is None or small is None
+                    else f"1M {big:.2f} µs, 10k {small:.2f} µs: {big / small:.2f} ×"))
+    return out
