@@ -23,7 +23,7 @@ import numbers
 import operator
 import time
 from asyncio import events
-from typing import Any, Awaitable, Callable, Coroutine, Generator, NoReturn
+from typing import Any, Awaitable, Callable, Coroutine, Generator, NoReturn, Self
 
 from . import _queue_py
 from ._clock import is_monotonic_loop
@@ -47,7 +47,7 @@ class _Ready:
     __slots__ = ()
 
     def __await__(self) -> Generator[Any, None, None]:
-        return self  # type: ignore[return-value]
+        return self
 
     def __iter__(self) -> _Ready:
         return self
@@ -109,7 +109,7 @@ def _real_number(name: str, value: object) -> float:
     try:
         return float(value)
     except OverflowError:
-        return math.inf if value > 0 else -math.inf
+        return -math.inf if value < 0 else math.inf
 
 
 class _Unraisable:
@@ -144,17 +144,22 @@ class Bucket:
 
     __slots__ = ("_core", "_configured", "_last_now", "_domain")
 
+    _core: _queue_py.Bucket
+    _configured: bool  # _configure ran: until then nothing is granted
+    _last_now: int | None  # the latest reading of the clock
+    _domain: object  # the loop whose own clock core times are on; None: the monotonic clock
+
     # provided by the subclass (aiotb._limiter.Limiter)
     _wait: Callable[[float, float | None], Awaitable[None]]  # the wait of a request that cannot be granted now
     _over_capacity: Callable[[object], BaseException]  # the error for an amount above the largest grant
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Bucket:
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         """An unconfigured bucket; the subclass's __init__ configures it, whatever it takes."""
         self = object.__new__(cls)
         self._core = _queue_py.Bucket()
-        self._configured = False  # _configure ran: until then nothing is granted
-        self._last_now: int | None = None  # the latest reading of the clock
-        self._domain: object = None  # the loop whose own clock core times are on; None: the monotonic clock
+        self._configured = False
+        self._last_now = None
+        self._domain = None
         return self
 
     def _configure(self, rates: tuple[tuple[float, float, float], ...], window: tuple[int, float] | None,
@@ -268,7 +273,8 @@ class Bucket:
         x = self._default_amount() if amount is _DEFAULT_AMOUNT else self._amount(amount)
         limit = self._timeout(timeout)
         acquisition = self._acquisition(x, limit)
-        acquisition.__qualname__ = f"{type(self).__name__}.acquire"  # named as C names it, should it warn
+        # named as C names it, should it warn (a coroutine object's name, which Coroutine does not declare)
+        acquisition.__qualname__ = f"{type(self).__name__}.acquire"  # type: ignore[attr-defined]
         return acquisition
 
     async def _acquisition(self, amount: float, timeout: float | None) -> None:

@@ -22,6 +22,6 @@ def is_monotonic_loop(loop: asyncio.AbstractEventLoop) -> bool:
         return False
     loop_time = getattr(type(loop), "time", None)
     if loop_time is asyncio.base_events.BaseEventLoop.time:
-        return asyncio.base_events.time.monotonic is _MONOTONIC
+        return asyncio.base_events.time.monotonic is _MONOTONIC  # type: ignore[attr-defined]
     uvloop = sys.modules.get("uvloop")
     return uvloop is not None and loop_time is uvloop.Loop.time

@@ -24,8 +24,8 @@ class Dispatcher:
     __slots__ = ("bucket", "loop", "_timer", "_timer_at")
 
     def __init__(self, bucket: Bucket, loop: asyncio.AbstractEventLoop) -> None:
-        self.bucket = bucket
-        self.loop = loop
+        self.bucket: Bucket = bucket
+        self.loop: asyncio.AbstractEventLoop = loop
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
 

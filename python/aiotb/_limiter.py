@@ -59,7 +59,7 @@ class Reservation:
         self._granted = granted
         self._dispatcher = dispatcher
         self._used = False
-        self.ready_at = ready_at  #: loop time of the grant, as projected when reserved
+        self.ready_at: float = ready_at  #: loop time of the grant, as projected when reserved
 
     @property
     def delay(self) -> float:

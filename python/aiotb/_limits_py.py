@@ -84,7 +84,7 @@ class Ahead(NamedTuple):
     """tb_ahead: the amounts queued ahead of a projected grant, in the order they will be granted."""
 
     total: float  # their sum
-    count: int  # how many there are
+    count: int  # type: ignore[assignment]  # how many there are (a field, where tuple has a method)
     amounts: Iterator[float]  # yields them one by one
 
 

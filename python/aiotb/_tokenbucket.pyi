@@ -1,11 +1,14 @@
 """The C engine of aiotb (src/_tokenbucket/); the pure-Python twin aiotb._bucket_py has the same interface."""
 
-from typing import Any, Coroutine, Final, Generator, Self
+from typing import Any, Coroutine, Final, Generator, Self, type_check_only
+
+from typing_extensions import disjoint_base
 
 IMPLEMENTATION: Final[str]
 MAX_SPAN: Final[int]
 READY: Ready
 
+@type_check_only
 class Ready:
     """A done awaitable: ``await READY`` returns None at once."""
     def __await__(self) -> Generator[Any, None, None]: ...
@@ -14,6 +17,7 @@ class Ready:
     def throw(self, typ: Any, val: Any = ..., tb: Any = ..., /) -> Any: ...
     def close(self) -> None: ...
 
+@type_check_only
 class Acquisition(Coroutine[Any, Any, None]):
     """What ``acquire()`` returns: takes the tokens when awaited."""
     def send(self, value: object, /) -> Any: ...
@@ -21,6 +25,7 @@ class Acquisition(Coroutine[Any, Any, None]):
     def close(self) -> None: ...
     def __await__(self) -> Generator[Any, None, None]: ...
 
+@disjoint_base
 class Bucket:
     """The limiter's engine: limits, waiter queue, clock and fast path. Subclasses configure it in
     ``__init__`` and provide the wait as ``_wait(amount, timeout)``."""

