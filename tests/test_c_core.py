@@ -1,5 +1,6 @@
 """The pure C core's own unit tests (tests/c/), compiled with the system C compiler and run:
-test_limits.c holds the limits (limits.c) alone, test_queue.c the bucket (queue.c over limits.c).
+test_limits.c holds the limits (limits.c) alone; test_queue.c (the queue) and test_grant.c (its decisions)
+the bucket (queue.c over limits.c).
 
 ``CC`` picks the compiler (default ``cc``); ``AIOTB_SANITIZE=1`` builds them under
 AddressSanitizer and UBSan. A missing compiler fails the test rather than skipping it:
@@ -23,6 +24,7 @@ TESTS = ROOT / "tests" / "c"
 SOURCES = {
     "test_limits": [TESTS / "test_limits.c", CORE / "limits.c"],
     "test_queue": [TESTS / "test_queue.c", CORE / "queue.c", CORE / "limits.c"],
+    "test_grant": [TESTS / "test_grant.c", CORE / "queue.c", CORE / "limits.c"],
 }
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1"]
 SUMMARY = re.compile(r"(\d+) passed, (\d+) failed")

@@ -4,7 +4,7 @@
  *     ./a.out
  *
  * Prints one line per failed check and ends with "N passed, M failed"; exits non-zero if any
- * test failed. The bucket-level tests (tests/c/test_queue.c) cover the same arithmetic through
+ * test failed. The bucket-level tests (tests/c/test_queue.c, test_grant.c) cover the same arithmetic through
  * the queue; these hold the narrow interface the queue uses to its own contracts. */
 #include "limits.h"
 
