@@ -289,13 +289,19 @@ async def _read_tokens(limiter: Any) -> float:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT delivery")
 def test_sigint_under_asyncio_runner_withdraws_the_wait(lib):
-    limiter = lib.Limiter(1, 3600, initial=0)
-    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
-        async def main() -> None:
-            asyncio.get_running_loop().call_later(5, signal.raise_signal, signal.SIGINT)
-            await limiter.acquire()  # an hour away
+    # Runner turns SIGINT into a cancellation only over Python's default handler, which a process started with
+    # SIGINT ignored (a background job, nohup) does not have: it is put in place here, as an interactive run has it
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        limiter = lib.Limiter(1, 3600, initial=0)
+        with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
+            async def main() -> None:
+                asyncio.get_running_loop().call_later(5, signal.raise_signal, signal.SIGINT)
+                await limiter.acquire()  # an hour away
 
-        with pytest.raises(KeyboardInterrupt):
-            runner.run(main())
-        assert limiter.waiting == 0
-        assert runner.run(_read_tokens(limiter)) == pytest.approx(5 / 3600)
+            with pytest.raises(KeyboardInterrupt):
+                runner.run(main())
+            assert limiter.waiting == 0
+            assert runner.run(_read_tokens(limiter)) == pytest.approx(5 / 3600)
+    finally:
+        signal.signal(signal.SIGINT, previous)
