@@ -36,6 +36,22 @@ def _beyond_reach(results: dict[str, Any], scenario: str, entry: dict[str, Any])
 WINDOW_CHECK_MAX_N = 10_000  # above this, resume stamps can trail grants by more than the bound's slack
 
 
+def _paired_target(ns: dict[str, list[float]], loop: str, other: str, claim: str, bound: float,
+                   faster: bool, name: str) -> tuple[str, str, str]:
+    """aiotb against other on the median of the per-repetition ratios: other ÷ aiotb ≥ bound when faster,
+    else aiotb ÷ other ≤ bound."""
+    target = f"Uncontended ({loop}): {claim}"
+    if "aiotb" not in ns or other not in ns:
+        return target, "not measured", "no data"
+    a, b = statistics.median(ns["aiotb"]), statistics.median(ns[other])
+    if faster:
+        ratio = paired_ratio(ns, other, "aiotb")
+        evidence = f"aiotb {a:.1f} ns, {name} {b:.1f} ns: {ratio:.2f} × faster"
+        return target, "holds" if ratio >= bound else "missed", evidence
+    ratio = paired_ratio(ns, "aiotb", other)
+    return target, "holds" if ratio <= bound else "missed", f"aiotb {a:.1f} ns, {name} {b:.1f} ns: {ratio:.2f} ×"
+
+
 def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(target, verdict, evidence) for each target of the issue that this run measured."""
     out: list[tuple[str, str, str]] = []
@@ -61,6 +77,11 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                         f"aiotb {a:.1f} ns, aiolimiter {b:.1f} ns: {ratio:.1f} × faster"))
         else:
             out.append((f"Uncontended ({loop}): aiotb ≥ 8 × faster than aiolimiter", verdict(None), "no data"))
+        out.append(_paired_target(ns, loop, "c-bucket", "aiotb ≤ 1.05 × the bare C bucket", 1.05, faster=False,
+                                  name="bare C bucket"))
+        out.append(_paired_target(ns, loop, "asynciolimiter",
+                                  "aiotb ≥ 1.25 × faster than asynciolimiter (its `await limiter.wait()`)", 1.25,
+                                  faster=True, name="asynciolimiter"))
 
     contended = grouped(results["contended"])
 
