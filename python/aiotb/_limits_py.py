@@ -43,7 +43,7 @@ def _debug_check(limits: Limits) -> None:
 class Rate:
     """tb_rate: one rate's parameters: refill of one token every ns_per_token, at most burst tokens."""
 
-    __slots__ = ("ns_per_token", "burst", "burst_ns", "initial", "burst_ticks")
+    __slots__ = ("ns_per_token", "burst", "burst_ns", "initial", "burst_ticks", "token_ticks")
 
     def __init__(self, ns_per_token: float = 0.0, burst: float = 0.0, initial: float = 0.0) -> None:
         self.ns_per_token = ns_per_token
@@ -51,6 +51,7 @@ class Rate:
         self.burst_ns = burst * ns_per_token  # the most debt the rate may carry
         self.initial = initial  # tokens at the first reading of the clock
         self.burst_ticks = _ticks(self.burst_ns)  # burst_ns in ticks, rounded up like every need
+        self.token_ticks = _ticks(ns_per_token)  # ns_per_token in ticks, rounded up: the need of one token
 
 
 class Grant:
@@ -393,7 +394,7 @@ class Limits:
         self.anchor(now)
         if self.plain:  # the uncontended path of a plain limiter, kept short
             r = self.rates[0]
-            need = _ticks(amount * r.ns_per_token)
+            need = r.token_ticks if amount == 1.0 else _ticks(amount * r.ns_per_token)
             if not _fits(r, self.state[0], need, now):
                 return False
             self.state[0] = _consume(self.state[0], need, now)
@@ -507,7 +508,7 @@ class Limits:
             return 1
         for r in self.rates:
             if (not _positive(r.ns_per_token) or not _positive(r.burst) or r.burst_ns != r.burst * r.ns_per_token
-                    or r.burst_ticks != _ticks(r.burst_ns)):
+                    or r.burst_ticks != _ticks(r.burst_ns) or r.token_ticks != _ticks(r.ns_per_token)):
                 return 1
         if self.max_amount != _most_grantable(self):
             return 1

@@ -129,7 +129,7 @@ static void bucket_dealloc(PyObject *op)
 /* ---- Bucket: the hot path ---- */
 
 // __aenter__(): the ready awaitable if a token is granted now, else the limiter's wait.
-static PyObject *bucket_aenter(PyObject *op, PyObject *Py_UNUSED(ignored))
+FLATTEN static PyObject *bucket_aenter(PyObject *op, PyObject *Py_UNUSED(ignored))
 {
     BucketObject *self = (BucketObject *)op;
     tb_ns now;

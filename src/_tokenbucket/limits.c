@@ -269,7 +269,8 @@ tb_status tb_limits_add_rate(tb_limits *l, double ns_per_token, double burst, do
     if (l->nrates == TB_MAX_RATES || l->anchored || !rate_ok(ns_per_token, burst, initial))
         return TB_EINVAL;
     l->rates[l->nrates++] = (tb_rate){.ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token,
-                                      .initial = initial, .burst_ticks = ticks(burst * ns_per_token)};
+                                      .initial = initial, .burst_ticks = ticks(burst * ns_per_token),
+                                      .token_ticks = ticks(ns_per_token)};
     l->max_amount = most_grantable(l);
     l->plain = l->nrates == 1 && l->window.period == 0 && l->paused_until == INT64_MIN;
     debug_check(l);
@@ -349,7 +350,7 @@ bool tb_limits_take_now(tb_limits *l, double amount, tb_ns now)
     tb_limits_anchor(l, now);
     if (l->plain) {  /* the uncontended path of a plain limiter, kept short */
         const tb_rate *r = &l->rates[0];
-        int64_t need = ticks(amount * r->ns_per_token);
+        int64_t need = amount == 1.0 ? r->token_ticks : ticks(amount * r->ns_per_token);
         if (!fits(r, l->state[0], need, now))
             return false;
         consume(&l->state[0], need, now);
@@ -457,7 +458,7 @@ tb_status tb_limits_set_rate(tb_limits *l, uint32_t index, double ns_per_token, 
     tb_rate *r = &l->rates[index];
     double tokens = rate_tokens(r, l->state[index], now);
     *r = (tb_rate){.ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token,
-                   .burst_ticks = ticks(burst * ns_per_token)};
+                   .burst_ticks = ticks(burst * ns_per_token), .token_ticks = ticks(ns_per_token)};
     l->state[index] = holding(r, tokens, now);
     l->max_amount = most_grantable(l);
     debug_check(l);
@@ -507,7 +508,7 @@ int tb_limits_check(const tb_limits *l)
     for (uint32_t i = 0; i < l->nrates; i++) {
         const tb_rate *r = &l->rates[i];
         if (!positive(r->ns_per_token) || !positive(r->burst) || r->burst_ns != r->burst * r->ns_per_token ||
-            r->burst_ticks != ticks(r->burst_ns))
+            r->burst_ticks != ticks(r->burst_ns) || r->token_ticks != ticks(r->ns_per_token))
             return 1;
     }
     if (l->max_amount != most_grantable(l))

@@ -41,6 +41,7 @@ typedef struct {
     double burst_ns;      /* burst * ns_per_token: the most debt the rate may carry */
     double initial;       /* tokens at the first reading of the clock */
     int64_t burst_ticks;  /* burst_ns in ticks, rounded up like every need: a full rate grants its burst */
+    int64_t token_ticks;  /* ns_per_token in ticks, rounded up: the need of one token */
 } tb_rate;
 
 typedef int64_t tb_gcra;  /* one rate's state: the instant F it is full again, in ticks */

@@ -17,9 +17,11 @@
 #if defined(__GNUC__)
 #define COLD __attribute__((noinline, cold))  /* keeps the fast path's frame small */
 #define ALWAYS_INLINE __attribute__((always_inline))
+#define FLATTEN __attribute__((flatten))  /* inlines the core's calls too (link-time optimization) */
 #else
 #define COLD
 #define ALWAYS_INLINE
+#define FLATTEN
 #endif
 
 /* How late a woken waiter may be and still be granted as of its ready instant, in time of one
