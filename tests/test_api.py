@@ -177,19 +177,25 @@ def test_module_level_limiter(lib, vrun):
         assert vrun(main()) == (True, False)
 
 
-def test_waiters_on_another_open_loop_are_an_error(lib):
-    limiter = lib.Limiter(1, 3600, initial=0)
+def test_a_second_loop_queues_behind_the_waiters_of_the_first(lib):
+    """Two open loops share one queue (here in one thread, taking turns): the second loop's request
+    is behind the first loop's waiter, so a timeout it cannot meet fails at once; once that waiter
+    leaves, the second loop is served in its place."""
+    limiter = lib.Limiter(1, 0.2, initial=0)  # a token every 0.2 s
     first = asyncio.new_event_loop()
     second = asyncio.new_event_loop()
     try:
         waiter = first.create_task(limiter.acquire())
         first.run_until_complete(asyncio.sleep(0))
         assert limiter.waiting == 1
-        with pytest.raises(RuntimeError, match="waiting on another event loop"):
-            second.run_until_complete(limiter.acquire())
+        with pytest.raises(TimeoutError):
+            second.run_until_complete(limiter.acquire(timeout=0.3))  # due at 0.4 s, behind it
+        assert limiter.waiting == 1 and limiter.stats().timeouts == 1
         waiter.cancel()
         first.run_until_complete(asyncio.gather(waiter, return_exceptions=True))
         assert limiter.waiting == 0
+        second.run_until_complete(limiter.acquire(timeout=0.3))  # due at 0.2 s now
+        assert limiter.stats().granted == 1 and limiter.stats().cancelled == 1
     finally:
         first.close()
         second.close()

@@ -77,8 +77,9 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
         "tb_add_rate": (ctypes.c_int, [vp, dbl, dbl, dbl]),
         "tb_tokens": (dbl, [vp, ns_t]), "tb_can_take": (ctypes.c_bool, [vp, dbl, ns_t]),
         "tb_take": (ctypes.c_bool, [vp, dbl, ns_t]),
-        "tb_enqueue": (ctypes.c_int, [vp, dbl, ns_t, ns_t, vp, ctypes.POINTER(ctypes.c_uint64)]),
+        "tb_enqueue": (ctypes.c_int, [vp, dbl, ns_t, ns_t, vp, vp, ctypes.POINTER(ctypes.c_uint64)]),
         "tb_withdraw": (vp, [vp, ctypes.c_uint64]), "tb_withdraw_head": (vp, [vp]),
+        "tb_withdraw_first_of": (vp, [vp, vp]), "tb_first_due_of": (ns_t, [vp, vp, ns_t]),
         "tb_grant_due": (ns_t, [vp, ns_t, DECIDE, vp]), "tb_projected_grant": (ns_t, [vp, dbl, ns_t]),
         "tb_withdraw_stranded": (vp, [vp, ns_t, ctypes.POINTER(ctypes.c_bool)]),
         "tb_refund": (None, [vp, dbl, ns_t]), "tb_set_late_credit": (None, [vp, dbl]),
@@ -138,7 +139,7 @@ configs = st.one_of(
 )
 operations = st.lists(st.tuples(
     st.sampled_from(["step", "take", "can_take", "tokens", "enqueue", "enqueue_deadline", "withdraw",
-                     "withdraw_head", "grant_due", "projected_grant", "withdraw_stranded", "refund", "set_rate",
+                     "withdraw_head", "withdraw_first_of", "first_due_of", "grant_due", "projected_grant", "withdraw_stranded", "refund", "set_rate",
                      "set_window", "pause_until", "rebase", "late_credit", "as_good_as_new", "crowd"]),
     st.integers(0, 2**16)), max_size=60)
 
@@ -165,6 +166,11 @@ def test_the_twin_gives_the_c_cores_answers(core, config, fair, smallest_first, 
         pair.close()
 
 
+def owner(handle: int) -> int:
+    """Who times a waiter: one of three owners (1 to 3), as several loops and threads share a queue."""
+    return handle % 3 + 1
+
+
 def replay(pair: Pair, ops: list[tuple[str, int]], now: int, order: int) -> None:
     ids: list[int] = []
     granted: list[float] = []  # amounts granted and not refunded, so a refund never wraps C's counts
@@ -186,21 +192,22 @@ def replay(pair: Pair, ops: list[tuple[str, int]], now: int, order: int) -> None
                 handles += 1
                 ident = ctypes.c_uint64()
                 small = AMOUNTS[(x + i) % len(AMOUNTS)] / 8
-                status = pair.lib.tb_enqueue(pair.c, small, now, NEVER, handles, ctypes.byref(ident))
-                assert (status, ident.value) == pair.py.enqueue(small, now, NEVER, handles), op
+                status = pair.lib.tb_enqueue(pair.c, small, now, NEVER, handles, owner(handles), ctypes.byref(ident))
+                assert (status, ident.value) == pair.py.enqueue(small, now, NEVER, handles, owner(handles)), op
                 ids.append(ident.value)
             assert pair.call("projected_grant", amount, now)[0] == pair.py.projected_grant(amount, now), op
             deadline = now + STEPS[x % len(STEPS)] * 100
             handles += 1
             ident = ctypes.c_uint64()
-            status = pair.lib.tb_enqueue(pair.c, amount, now, deadline, handles, ctypes.byref(ident))
-            assert (status, ident.value if status == OK else 0) == pair.py.enqueue(amount, now, deadline, handles), op
+            status = pair.lib.tb_enqueue(pair.c, amount, now, deadline, handles, owner(handles), ctypes.byref(ident))
+            assert (status, ident.value if status == OK else 0) == pair.py.enqueue(amount, now, deadline, handles,
+                                                                                   owner(handles)), op
         elif op in ("enqueue", "enqueue_deadline"):
             handles += 1
             deadline = now + STEPS[x % len(STEPS)] * 3 if op == "enqueue_deadline" and order == FIFO else NEVER
             ident = ctypes.c_uint64()
-            status = pair.lib.tb_enqueue(pair.c, amount, now, deadline, handles, ctypes.byref(ident))
-            py_status, py_ident = pair.py.enqueue(amount, now, deadline, handles)
+            status = pair.lib.tb_enqueue(pair.c, amount, now, deadline, handles, owner(handles), ctypes.byref(ident))
+            py_status, py_ident = pair.py.enqueue(amount, now, deadline, handles, owner(handles))
             assert (status, ident.value if status == OK else 0) == (py_status, py_ident), op
             if status == OK:
                 ids.append(py_ident)
@@ -210,6 +217,12 @@ def replay(pair: Pair, ops: list[tuple[str, int]], now: int, order: int) -> None
             assert c == py, op
         elif op == "withdraw_head":
             c, py = pair.call(op)
+            assert c == py, op
+        elif op == "withdraw_first_of":  # owner 0 has no waiters
+            c, py = pair.call(op, x % 4)
+            assert c == py, op
+        elif op == "first_due_of":
+            c, py = pair.call(op, x % 4, now)
             assert c == py, op
         elif op == "grant_due":
             asked_c: list[tuple[int, float]] = []

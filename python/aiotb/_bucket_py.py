@@ -14,16 +14,19 @@ conversions (C's ``PyFloat_AsDouble``, ``PyArg_ParseTuple``) are mirrored closel
 some TypeError texts differ. An error from a waiter's ``done()`` during ``_grant_due`` reaches
 ``sys.unraisablehook`` through a finalizer (C: ``PyErr_WriteUnraisable``), at once on CPython and at
 the next collection elsewhere. ``_pause_until(nan)`` does nothing (C raises SystemError; the
-limiter never passes NaN)."""
+limiter never passes NaN). Threads: each C call is one step under the GIL (it runs no Python code
+while it changes the core); here, Python code, each method that reads the clock or touches the
+core holds the bucket's lock instead."""
 
 from __future__ import annotations
 
 import math
 import numbers
 import operator
+import threading
 import time
-from asyncio import events
-from typing import Any, Awaitable, Callable, Coroutine, Generator, NoReturn, Self
+from asyncio import Future, events
+from typing import Any, Awaitable, Callable, Concatenate, Coroutine, Generator, NoReturn, ParamSpec, Self, TypeVar
 
 from . import _queue_py
 from ._clock import is_monotonic_loop
@@ -35,6 +38,8 @@ IMPLEMENTATION = "python"
 LATE_CREDIT_TOKENS = 0.99  # how late a woken waiter may be and still be granted as of its ready instant
 _MAX_SECONDS = MAX_SPAN / 1e9  # (double)TB_MAX_SPAN / 1e9
 _DEFAULT_AMOUNT: Any = 1.0  # an amount left out, which C does not check
+CLOCK_CONFLICT = ("this limiter has waiters on an event loop with another clock: loops that share a limiter "
+                  "must all keep time on the monotonic clock (a virtual or patched loop.time() cannot be shared)")
 _monotonic = time.monotonic
 _get_running_loop = events._get_running_loop
 
@@ -138,20 +143,35 @@ def _core_status(status: int) -> None:
     raise SystemError(f"the core rejected checked parameters (status {status})")
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _locked(method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
+    """method, holding the bucket's lock: one step for other threads, as a C call is under the GIL."""
+    def locked(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+    locked.__name__, locked.__qualname__, locked.__doc__ = method.__name__, method.__qualname__, method.__doc__
+    return locked
+
+
 class Bucket:
     """The limiter's engine: limits, waiter queue, clock and fast path. Subclasses configure it in
     __init__ and provide the wait as _wait(amount, timeout)."""
 
-    __slots__ = ("_core", "_configured", "_last_now", "_domain")
+    __slots__ = ("_core", "_configured", "_last_now", "_domain", "_lock")
 
     _core: _queue_py.Bucket
     _configured: bool  # _configure ran: until then nothing is granted
     _last_now: int | None  # the latest reading of the clock
     _domain: object  # the loop whose own clock core times are on; None: the monotonic clock
+    _lock: threading.RLock  # held by every method that reads the clock or touches the core
 
     # provided by the subclass (aiotb._limiter.Limiter)
     _wait: Callable[[float, float | None], Awaitable[None]]  # the wait of a request that cannot be granted now
     _over_capacity: Callable[[object], BaseException]  # the error for an amount above the largest grant
+    _drop_closed: Callable[[], None]  # drops the waiters of closed loops
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         """An unconfigured bucket; the subclass's __init__ configures it, whatever it takes."""
@@ -160,8 +180,10 @@ class Bucket:
         self._configured = False
         self._last_now = None
         self._domain = None
+        self._lock = threading.RLock()
         return self
 
+    @_locked
     def _configure(self, rates: tuple[tuple[float, float, float], ...], window: tuple[int, float] | None,
                    fair: object, smallest_first: object) -> None:
         """Sets the limits once, from values checked by the caller: rates ((ns_per_token, burst, initial),
@@ -195,9 +217,15 @@ class Bucket:
             domain = None if is_monotonic_loop(loop) else loop
             now = seconds_to_ns(_double(loop.time()))
         if domain is not self._domain:
+            if self._configured and self._core.waiting > 0:  # their times are on the old clock
+                self._drop_closed()
+                if self._core.waiting > 0:
+                    raise RuntimeError(CLOCK_CONFLICT)
             if self._last_now is not None:
                 self._core.rebase(self._last_now, now)
             self._domain = domain
+        elif self._last_now is not None and now < self._last_now:  # read by two threads in one order,
+            now = self._last_now  # reaching the bucket in the other: never earlier than the last
         self._last_now = now
         return now
 
@@ -258,9 +286,14 @@ class Bucket:
         """Takes one token: returns a done awaitable, or the wait for it."""
         if not self._configured:
             self._not_configured()
-        if self._core.take(1.0, self._now()):
+        if self._take(1.0):
             return READY
         return self._wait(self._default_amount(), None)
+
+    @_locked
+    def _take(self, amount: float) -> bool:
+        """Takes amount tokens now if a newcomer may."""
+        return self._core.take(amount, self._now())
 
     def __aexit__(self, *exc_info: object) -> Awaitable[None]:
         """Gives nothing back: tokens pace starts."""
@@ -279,20 +312,23 @@ class Bucket:
 
     async def _acquisition(self, amount: float, timeout: float | None) -> None:
         """What acquire() returns: grants at once when awaited, or waits through the limiter."""
-        if not self._core.take(amount, self._now()):
+        if not self._take(amount):
             await self._wait(amount, timeout)
 
+    @_locked
     def try_acquire(self, amount: float = _DEFAULT_AMOUNT) -> bool:
         """Takes amount tokens now if a newcomer may, else returns False."""
         x, now = self._amount_now(amount)
         return self._core.take(x, now)
 
+    @_locked
     def has_capacity(self, amount: float = _DEFAULT_AMOUNT) -> bool:
         """Whether acquire(amount) would go through now; takes nothing."""
         x, now = self._amount_now(amount)
         return self._core.can_take(x, now)
 
     @property
+    @_locked
     def tokens(self) -> float:
         """Tokens available now."""
         return self._core.tokens(self._configured_now())
@@ -304,18 +340,21 @@ class Bucket:
 
     # ---- the queue, for the dispatcher ----
 
-    def _enqueue(self, amount: float, timeout: float | None, handle: object) -> int:
-        """Queues a waiter and returns its id; TimeoutError if it cannot be granted in time."""
+    @_locked
+    def _enqueue(self, amount: float, timeout: float | None, handle: object, owner: object) -> int:
+        """Queues a waiter of owner (who times and wakes it) and returns its id; TimeoutError if it
+        cannot be granted in time."""
         x = _double(amount)
         now = self._configured_now()
         deadline = NEVER if timeout is None else now + seconds_to_ns(_double(timeout))
-        status, ident = self._core.enqueue(x, now, deadline, handle)
+        status, ident = self._core.enqueue(x, now, deadline, handle, owner)
         if status == OK:
             return ident
         if status == ETOOLATE:
             raise TimeoutError(f"{amount!r} tokens cannot be granted within {timeout!r} s")
         raise ValueError("a deadline needs first-come-first-served order")
 
+    @_locked
     def _withdraw(self, ident: int) -> bool:
         """Removes a waiter that was not granted; False if it is no longer queued."""
         if not isinstance(ident, int):
@@ -326,18 +365,17 @@ class Bucket:
             return False
         return self._core.withdraw(ident) is not None
 
-    def _drop_waiters(self) -> int:
-        """Removes every queued waiter without granting it (their loop closed); returns how many."""
-        count = 0
-        while self._configured and self._core.waiting > 0:
-            self._core.withdraw_head()
-            count += 1
-        return count
+    @_locked
+    def _withdraw_first_of(self, owner: object) -> Any:
+        """Removes owner's first queued waiter without granting it; returns its handle, or None."""
+        return self._core.withdraw_first_of(owner) if self._configured else None
 
-    def _grant_due(self, at: float | None = None) -> tuple[list[Any], list[float], float | None]:
+    @_locked
+    def _grant_due(self, at: float | None, owner: object) -> tuple[list[Any], list[float], float | None]:
         """Grants every waiter due now (or at the loop time at, if later: a timer the loop ran up to its
-        clock resolution early), in order; returns them, their amounts and the loop time the new head is
-        due, or None. A waiter whose handle is done already leaves without tokens."""
+        clock resolution early), in order; returns them, their amounts and the loop time owner's first
+        waiter is due, or None if it has none. A waiter whose asyncio future is done already leaves
+        without tokens."""
         now = self._configured_now()
         if at is not None:
             due = seconds_to_ns(_double(at))
@@ -349,7 +387,7 @@ class Bucket:
 
         def decide(handle: Any, amount: float) -> int:
             try:
-                gone = bool(handle.done())
+                gone = isinstance(handle, Future) and bool(handle.done())
             except BaseException as error:  # the pass stops at it, due at once: the caller's timer retries it
                 failed.append(error)
                 return _queue_py.STOP
@@ -359,23 +397,27 @@ class Bucket:
             amounts.append(amount)
             return _queue_py.GRANT
 
-        following = self._core.grant_due(now, decide)
+        head = self._core.grant_due(now, decide)
+        following = NEVER if head == NEVER else self._core.first_due_of(owner, now)
         if failed:
             _write_unraisable(failed[0])
         return granted, amounts, None if following == NEVER else ns_to_seconds(following)
 
+    @_locked
     def _next_due(self) -> float | None:
         """The loop time the head waiter can be granted (now, if it can be now), None if no one waits."""
         at = self._core.grant_due(self._configured_now(), lambda handle, amount: _queue_py.STOP)
         return None if at == NEVER else ns_to_seconds(at)
 
+    @_locked
     def _refund(self, amount: float) -> None:
         """Gives back tokens granted to a waiter that never used them."""
         x = _double(amount)
         self._core.refund(x, self._configured_now())
 
-    def _reserve(self, amount: float, handle: object) -> tuple[int, float]:
-        """Queues a waiter promised its projected grant: (its id, the loop time of the grant)."""
+    @_locked
+    def _reserve(self, amount: float, handle: object, owner: object) -> tuple[int, float]:
+        """Queues a waiter of owner promised its projected grant: (its id, the loop time of the grant)."""
         if not self._configured:
             self._not_configured()
         x = self._amount(amount)
@@ -383,13 +425,14 @@ class Bucket:
         ready = self._core.projected_grant(x, now)
         if ready == NEVER:
             raise MemoryError
-        status, ident = self._core.enqueue(x, now, ready, handle)
+        status, ident = self._core.enqueue(x, now, ready, handle, owner)
         if status != OK:
             if status == ENOMEM:
                 raise MemoryError
             raise SystemError("the core broke its own projection")
         return ident, ns_to_seconds(ready)
 
+    @_locked
     def _withdraw_stranded(self) -> tuple[Any, bool] | None:
         """A waiter that can no longer be granted as promised, as (handle, never), removed; never is True
         if it can never be granted at all. None if there is none."""
@@ -397,12 +440,14 @@ class Bucket:
 
     # ---- changes of the limits ----
 
+    @_locked
     def _set_rate(self, index: int, ns_per_token: float, burst: float) -> None:
         """Changes a rate as of now, from values checked by the caller."""
         slot = operator.index(index) & 0xFFFFFFFF  # C's "I": an unsigned int, unchecked
         x, b = _double(ns_per_token), _double(burst)
         _core_status(self._core.set_rate(slot, x, b, self._configured_now()))
 
+    @_locked
     def _set_window(self, period_ns: int, limit: float) -> None:
         """Changes the window, from values checked by the caller."""
         period, x = operator.index(period_ns), _double(limit)
@@ -410,6 +455,7 @@ class Bucket:
             self._not_configured()
         _core_status(self._core.set_window(period, x))
 
+    @_locked
     def _pause_until(self, when: float) -> None:
         """No grant before the loop time when, in seconds (a float checked by the caller)."""
         seconds = _double(when)
@@ -421,6 +467,7 @@ class Bucket:
 
     # ---- what it can tell ----
 
+    @_locked
     def _stats(self) -> tuple[int, float, int, float, float, int, int]:
         """(granted, granted_tokens, waits, wait_total, wait_max, cancelled, timeouts), times in seconds."""
         if not self._configured:
@@ -429,6 +476,7 @@ class Bucket:
         return (s.granted, s.granted_tokens, s.waits, s.wait_ns_total / 1e9, float(s.wait_ns_max) / 1e9,
                 s.cancelled, s.timeouts)
 
+    @_locked
     def _as_good_as_new(self) -> bool:
         """No waiter, every limit full: the same as a bucket made now."""
         return self._core.as_good_as_new(self._configured_now())

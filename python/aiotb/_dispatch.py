@@ -1,41 +1,48 @@
 """Waiting on one event loop: futures, the one timer, cancellation and resume order.
 
-A ``Dispatcher`` serves the waiters one limiter has on one loop. It knows nothing of token
-arithmetic: the engine (``Bucket``: the C core or its twin) decides, in one call, who is granted
-and when the next waiter is due (``_grant_due``); the dispatcher wakes those and keeps a single
-timer on that instant. Every store shares it: only the engine behind ``_grant_due`` changes."""
+A ``Dispatcher`` serves the waiters one limiter has on one loop; a limiter used from several loops
+has one per loop, over one queue. It knows nothing of token arithmetic: the engine (``Bucket``: the
+C core or its twin) decides, in one call, who is granted and when this loop's first waiter is due
+(``_grant_due``); the dispatcher resolves those and keeps a single timer on that instant. Every
+loop times its own first waiter, so a loop that stalls or closes holds up no other: whichever
+owner's timer fires grants everyone due, and a grant that belongs to another loop or to a blocked
+thread is handed over to it (``Owners.deliver``), the only wake-up that crosses threads besides
+re-timing. Every store shares it: only the engine behind ``_grant_due`` changes."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from asyncio import events
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._core import Bucket
+    from ._owners import Owners
 
 CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution  # asyncio's _clock_resolution
 REARM_AFTER_EARLY_WAKE = 0.001  # s: uvloop rounds timer delays to whole ms, so a shorter one can fire at once
 
 
 class Dispatcher:
-    """The waiters of ``bucket`` on ``loop``, and the timer that wakes the next of them."""
+    """The waiters of one limiter on ``loop``, and the timer that wakes the first of them."""
 
-    __slots__ = ("bucket", "loop", "_timer", "_timer_at")
+    __slots__ = ("owners", "loop", "_timer", "_timer_at", "_wake_pending")
 
-    def __init__(self, bucket: Bucket, loop: asyncio.AbstractEventLoop) -> None:
-        self.bucket: Bucket = bucket
+    def __init__(self, owners: Owners, loop: asyncio.AbstractEventLoop) -> None:
+        self.owners: Owners = owners
         self.loop: asyncio.AbstractEventLoop = loop
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self._wake_pending = False  # a re-dispatch is scheduled on the loop from another thread
 
     async def wait(self, amount: float, timeout: float | None) -> None:
         """Queues a request for amount tokens and returns once it is granted. TimeoutError at once,
         taking nothing, if it cannot be granted within timeout. Cancelled (or interrupted) while
         queued, it leaves the queue; cancelled after its grant, it gives the tokens back."""
-        bucket, loop = self.bucket, self.loop
+        owners, loop = self.owners, self.loop
+        bucket = owners.bucket
         granted: asyncio.Future[None] = loop.create_future()
-        ident = bucket._enqueue(amount, timeout, granted)
+        ident = bucket._enqueue(amount, timeout, granted, self)
         try:
             first = self.dispatch()
             if granted.done() and first is not granted:
@@ -46,53 +53,110 @@ class Dispatcher:
         except BaseException:  # cancelled, interrupted, failed by a change of the limits, or destroyed
             if granted.done() and not granted.cancelled() and granted.exception() is None:
                 bucket._refund(amount)  # granted, but its task will never use it
-            else:
-                bucket._withdraw(ident)
+                owners.retime(self)
+            elif bucket._withdraw(ident):
+                owners.retime(self)
+            # else granted by another loop's pass, on its way here: its delivery gives the tokens back
             if not loop.is_closed():
                 self.dispatch()  # the next waiter may go now, or later than the timer says
             raise
 
     def dispatch(self, woke_for: float | None = None) -> asyncio.Future[None] | None:
-        """Grants every waiter whose turn has come, then keeps the one timer on the next head.
-        Returns the first waiter it granted, if any."""
+        """Grants every waiter whose turn has come, then keeps the one timer on this loop's first
+        waiter. Returns the first waiter of this loop it granted, if any."""
         loop = self.loop
         # asyncio runs a timer due within its clock's resolution as due now: so does the limiter
         due = woke_for if woke_for is not None and woke_for - loop.time() <= CLOCK_RESOLUTION else None
-        bucket, first = self.bucket, None
+        owners, first = self.owners, None
+        bucket = owners.bucket
         while True:
-            granted, amounts, at = bucket._grant_due(due)
+            granted, amounts, at = bucket._grant_due(due, self)
             given_back = False
+            elsewhere: list[tuple[Any, float]] | None = None
             for waiter, amount in zip(granted, amounts):
-                if waiter.done():  # cancelled by code an earlier grant of this pass ran: its tokens come back
+                if waiter.get_loop() is not loop:  # another loop's, or a blocked thread's
+                    if elsewhere is None:
+                        elsewhere = []
+                    elsewhere.append((waiter, amount))
+                elif waiter.done():  # cancelled by code an earlier grant of this pass ran: its tokens come back
                     bucket._refund(amount)
                     given_back = True
-                    continue
-                waiter.set_result(None)
-                if first is None:
-                    first = waiter
+                else:
+                    waiter.set_result(None)
+                    if first is None:
+                        first = waiter
+            if elsewhere is not None and owners.deliver(elsewhere):
+                given_back = True
             if not given_back:
                 break
+            owners.retime(self)
+        self._arm(at, woke_for)
+        return first
+
+    def _arm(self, at: float | None, woke_for: float | None) -> None:
+        """Keeps the one timer on at (None: no timer)."""
         timer = self._timer
         if at is not None and timer is not None and at == self._timer_at:
-            return first
+            return
         if timer is not None:
             timer.cancel()
             self._timer = self._timer_at = None
         if at is None:
-            return first
+            return
         if at == woke_for:  # the loop fired early: aim as far past the time as it fell short, never poll
-            now = loop.time()
+            now = self.loop.time()
             at = max(at + (at - now), now + REARM_AFTER_EARLY_WAKE)
-        self._timer = loop.call_at(at, self._on_timer)
+        self._timer = self.loop.call_at(at, self._on_timer)
         self._timer_at = at
-        return first
+
+    def wake(self) -> bool:
+        """From any thread: dispatches again on this loop soon (once for any number of calls before
+        it runs), because this loop's first waiter may be due sooner than its timer says. False if
+        the loop is closed."""
+        if self._wake_pending:
+            return True
+        self._wake_pending = True
+        loop = self.loop
+        try:
+            if events._get_running_loop() is loop:
+                loop.call_soon(self._on_wake)
+            else:
+                loop.call_soon_threadsafe(self._on_wake)
+        except RuntimeError:  # the loop is closed
+            self._wake_pending = False
+            return False
+        return True
+
+    def resolve(self, batch: list[tuple[asyncio.Future[None], float]]) -> None:
+        """On this loop: resolves waiters another thread granted; a waiter cancelled meanwhile gives
+        its tokens back."""
+        bucket, given_back = self.owners.bucket, False
+        for waiter, amount in batch:
+            if waiter.done():
+                bucket._refund(amount)
+                given_back = True
+            else:
+                waiter.set_result(None)
+        if given_back:
+            self.owners.retime(self)
+            self.dispatch()
 
     def close(self) -> None:
-        """Stops the timer: the limiter moves to another loop."""
+        """Stops the timer."""
         if self._timer is not None:
             self._timer.cancel()
         self._timer = self._timer_at = None
 
     def _on_timer(self) -> None:
         woke_for, self._timer, self._timer_at = self._timer_at, None, None
-        self.dispatch(woke_for)
+        try:
+            self.dispatch(woke_for)
+        except ReferenceError:  # the limiter is gone, and its waiters with it
+            pass
+
+    def _on_wake(self) -> None:
+        self._wake_pending = False
+        try:
+            self.dispatch()
+        except ReferenceError:
+            pass

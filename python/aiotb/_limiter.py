@@ -10,21 +10,17 @@ import asyncio
 import functools
 import inspect
 import time
-import warnings
+from asyncio import events
 from typing import (Any, Awaitable, Callable, ClassVar, Coroutine, Generator, NamedTuple, ParamSpec, Protocol, Sequence,
                     TypeVar)
 
 from . import _params
 from ._core import Bucket
 from ._dispatch import Dispatcher
+from ._owners import Owners
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-REUSED_ACROSS_LOOPS = (
-    "This AsyncLimiter instance is being re-used across loops. Please create "
-    "a new limiter per event loop as re-use can lead to undefined behaviour."
-)
 
 
 class LimiterStats(NamedTuple):
@@ -79,9 +75,11 @@ class Reservation:
         granted = self._granted
         if granted.done() and not granted.cancelled() and granted.exception() is None:
             self._limiter._refund(self._amount)
-        else:
-            self._limiter._withdraw(self._ident)
-            granted.cancel()
+        elif not self._limiter._withdraw(self._ident):  # granted by another loop's pass, on its way here:
+            granted.cancel()  # its delivery gives the tokens back
+            return True
+        granted.cancel()
+        self._dispatcher.owners.retime(self._dispatcher)
         if not self._dispatcher.loop.is_closed():
             self._dispatcher.dispatch()
         return True
@@ -113,7 +111,7 @@ class Limiter(Bucket):
     must satisfy at once. Fair (default): strict first-come-first-served. ``fair=False``: a newcomer
     takes free tokens ahead of waiters, unless a waiter with a timeout is queued."""
 
-    __slots__ = ("_rates", "_window", "_fair", "_dispatcher", "__weakref__")
+    __slots__ = ("_rates", "_window", "_fair", "_owners", "__weakref__")
     _warn_on_reuse: ClassVar[bool] = False
     _capacity_is_max_rate: ClassVar[bool] = False  # set_rate's default burst: max_rate itself (aiolimiter)
 
@@ -130,7 +128,7 @@ class Limiter(Bucket):
         self._rates = rates
         self._window = window_ns is not None
         self._fair = fair
-        self._dispatcher: Dispatcher | None = None
+        self._owners = Owners(self, self._warn_on_reuse)
 
     @property
     def rates(self) -> tuple[tuple[float, float, float], ...]:
@@ -222,13 +220,34 @@ class Limiter(Bucket):
         loop = asyncio.events._get_running_loop()
         self.pause_until((loop.time() if loop is not None else time.monotonic()) + span)
 
+    def acquire_blocking(self, amount: float = 1, timeout: float | None = None) -> None:
+        """Blocks the calling thread until ``amount`` tokens are granted, in the same queue as the
+        tasks of every loop; TimeoutError at once, taking nothing, if they cannot come within
+        ``timeout`` seconds. From a thread whose event loop is running, RuntimeError: use ``await
+        limiter.acquire()`` there (blocking would stall the loop)."""
+        if events._get_running_loop() is not None:
+            raise RuntimeError("acquire_blocking() would block the running event loop; "
+                               "use await limiter.acquire() in a coroutine")
+        self.acquire(amount, timeout).close()  # checks the amount and the timeout; takes nothing
+        if not self.try_acquire(amount):
+            self._owners.wait_blocking(float(amount), None if timeout is None else float(timeout))
+
+    def __enter__(self) -> None:
+        """``with limiter:`` in a thread takes one token, blocking until it comes (see acquire_blocking)."""
+        if events._get_running_loop() is not None:
+            raise RuntimeError("`with limiter:` would block the running event loop; use `async with limiter:`")
+        self.acquire_blocking()
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Gives nothing back: tokens pace starts."""
+
     def reserve(self, amount: float = 1) -> Reservation:
         """Takes a place in the queue now and says when it will be granted: ``r.delay``
         seconds from now, at loop time ``r.ready_at``. ``await r`` waits for it;
         ``r.cancel()`` gives the place (or the tokens) back."""
-        dispatcher = self._running_dispatcher()
+        dispatcher = self._owners.dispatcher()
         granted = dispatcher.loop.create_future()
-        ident, ready_at = self._reserve(amount, granted)
+        ident, ready_at = self._reserve(amount, granted, dispatcher)
         dispatcher.dispatch()
         return Reservation(self, ident, float(amount), granted, ready_at, dispatcher)
 
@@ -241,7 +260,7 @@ class Limiter(Bucket):
 
     def _wait(self, amount: float, timeout: float | None) -> Coroutine[Any, Any, None]:
         """The wait of a request the engine could not grant at once, on the running loop."""
-        return self._running_dispatcher().wait(amount, timeout)
+        return self._owners.dispatcher().wait(amount, timeout)
 
     def _over_capacity(self, amount: object) -> Exception:
         """The error for an amount no single grant can take."""
@@ -249,37 +268,23 @@ class Limiter(Bucket):
 
     # ---- internals ----
 
-    def _running_dispatcher(self) -> Dispatcher:
-        """The running loop's dispatcher, which from now on serves this limiter's waiters."""
-        loop = asyncio.get_running_loop()
-        dispatcher = self._dispatcher
-        if dispatcher is not None and dispatcher.loop is loop:
-            return dispatcher
-        if dispatcher is not None:
-            if not dispatcher.loop.is_closed():
-                if self.waiting:
-                    raise RuntimeError(
-                        f"{type(self).__name__} has tasks waiting on another event loop; "
-                        "one limiter serves one event loop at a time")
-                dispatcher.close()
-            else:
-                self._drop_waiters()  # their loop is closed: they can never be woken
-                if self._warn_on_reuse:
-                    warnings.warn(REUSED_ACROSS_LOOPS, RuntimeWarning, stacklevel=4)
-        self._dispatcher = dispatcher = Dispatcher(self, loop)
-        return dispatcher
+    def _drop_closed(self) -> None:
+        """Drops the waiters of closed loops (before the engine moves onto another loop's clock)."""
+        self._owners.drop_closed()
 
     def _settle(self) -> None:
         """After a change of the limits: fail the waiters it strands, re-time the rest."""
+        owners = self._owners
         while (stranded := self._withdraw_stranded()) is not None:
             waiter, never = stranded
-            if not waiter.done():
-                waiter.set_exception(
-                    ValueError("the limiter's new burst is below this request's amount") if never else
-                    TimeoutError("after the limiter's change this request cannot be granted in time"))
-        dispatcher = self._dispatcher
-        if dispatcher is not None and not dispatcher.loop.is_closed():
-            dispatcher.dispatch()
+            owners.fail(waiter,
+                        ValueError("the limiter's new burst is below this request's amount") if never else
+                        TimeoutError("after the limiter's change this request cannot be granted in time"))
+        loop = events._get_running_loop()
+        here = owners.dispatchers.get(loop) if loop is not None else None
+        owners.retime(here)
+        if here is not None:
+            here.dispatch()
 
 
 class AsyncLimiter(Limiter):
@@ -303,6 +308,12 @@ class AsyncLimiter(Limiter):
             return super().acquire(amount)
         super().acquire(amount, timeout).close()  # the amount, then the timeout, checked as Limiter does
         raise TypeError("AsyncLimiter.acquire() takes no timeout; use aiotb.Limiter for timeouts")
+
+    def acquire_blocking(self, amount: float = 1, timeout: None = None) -> None:  # type: ignore[override]
+        """Blocks the calling thread until ``amount`` tokens are granted (no timeout, as ``acquire``)."""
+        if timeout is not None:
+            self.acquire(amount, timeout)  # the amount checked, then TypeError for the timeout
+        super().acquire_blocking(amount)
 
     def has_capacity(self, amount: float = 1) -> bool:
         """Whether ``acquire(amount)`` would go through now; False above the capacity, as aiolimiter."""

@@ -39,13 +39,15 @@ def _debug_check(b: Bucket) -> None:
 class Waiter:
     """tb_waiter: a queued request, in its slot of the slab."""
 
-    __slots__ = ("amount", "deadline", "enqueued_at", "handle", "sequence", "prev", "next")
+    __slots__ = ("amount", "deadline", "enqueued_at", "handle", "owner", "sequence", "prev", "next")
 
-    def __init__(self, amount: float, deadline: int, enqueued_at: int, handle: object, sequence: int) -> None:
+    def __init__(self, amount: float, deadline: int, enqueued_at: int, handle: object, owner: object,
+                 sequence: int) -> None:
         self.amount = amount  # tokens asked for
         self.deadline = deadline  # latest acceptable grant, NEVER if none
         self.enqueued_at = enqueued_at  # when it was queued, for the wait statistics
         self.handle = handle  # the caller's object for this waiter; never looked into
+        self.owner = owner  # who times and wakes it (say, one event loop's dispatcher); compared only
         self.sequence = sequence  # low bits of the enqueue count; never 0
         self.prev = NIL  # queue links
         self.next = NIL
@@ -252,8 +254,8 @@ class Bucket:
         _debug_check(self)
         return at
 
-    def enqueue(self, amount: float, now: int, deadline: int, handle: object) -> tuple[int, int]:
-        """Queues a waiter: (OK, id); (ETOOLATE, 0) if its grant cannot come by deadline (nothing queued,
+    def enqueue(self, amount: float, now: int, deadline: int, handle: object, owner: object = None) -> tuple[int, int]:
+        """Queues a waiter of owner: (OK, id); (ETOOLATE, 0) if its grant cannot come by deadline (nothing queued,
         a timeout counted); (EINVAL, 0) for an amount outside (0, max_amount] or a deadline in
         smallest-first order."""
         if not (amount > 0 and math.isfinite(amount)) or amount > self.limits.max_amount:
@@ -267,7 +269,7 @@ class Bucket:
                 return ETOOLATE, 0
         slot = self._claim_slot()
         self.enqueued = (self.enqueued + 1) & _UINT32 or 1
-        self.slots[slot] = Waiter(amount, deadline, now, handle, self.enqueued)
+        self.slots[slot] = Waiter(amount, deadline, now, handle, owner, self.enqueued)
         self._link_waiter(slot)
         self.waiting += 1
         self.with_deadline += deadline != NEVER
@@ -291,6 +293,36 @@ class Bucket:
         """Removes the head waiter without granting it, counting it cancelled; returns its handle, or None
         if none waits."""
         return None if self.head == NIL else self._cancel_waiter(self.head)
+
+    def _first_of(self, owner: object) -> tuple[int, int, float]:
+        """The first queued slot of owner (NIL if it has none), the count of waiters before it and their amounts."""
+        count, ahead, slot = 0, 0.0, self.head
+        while slot != NIL:
+            w = self._waiter(slot)
+            if w.owner is owner:
+                return slot, count, ahead
+            ahead += w.amount
+            slot = w.next
+            count += 1
+        return NIL, count, ahead
+
+    def withdraw_first_of(self, owner: object) -> object:
+        """Removes owner's first queued waiter without granting it, counting it cancelled; returns its
+        handle, or None if owner has none queued."""
+        slot = self._first_of(owner)[0]
+        return None if slot == NIL else self._cancel_waiter(slot)
+
+    def first_due_of(self, owner: object, now: int) -> int:
+        """The instant owner's first queued waiter can be granted, if nothing ahead of it changes, never
+        earlier: the head's is exact; NEVER if owner has none queued."""
+        slot, count, ahead = self._first_of(owner)
+        if slot == NIL:
+            return NEVER
+        self.limits.anchor(now)
+        amount = self._waiter(slot).amount
+        if slot == self.head:
+            return self.limits.fit_at(amount, now)
+        return self._projected_behind(slot, count, ahead, amount, now)
 
     def _grant_head(self, now: int) -> None:
         """Grants the head waiter at now, as of the instant it became ready (within the late credit), and counts it."""

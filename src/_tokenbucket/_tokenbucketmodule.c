@@ -226,12 +226,13 @@ static int configured_now(BucketObject *self, tb_ns *now)
     return bucket_now(self, now);
 }
 
-// _enqueue(amount, timeout, handle) -> id: queues a waiter; TimeoutError if it cannot be granted in time.
+// _enqueue(amount, timeout, handle, owner) -> id: queues a waiter of owner (who times and wakes it, kept alive
+// by the caller while it has waiters queued); TimeoutError if it cannot be granted in time.
 static PyObject *bucket_enqueue(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     BucketObject *self = (BucketObject *)op;
-    if (nargs != 3)
-        return PyErr_Format(PyExc_TypeError, "_enqueue() takes 3 arguments (%zd given)", nargs);
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "_enqueue() takes 4 arguments (%zd given)", nargs);
     double amount = PyFloat_AsDouble(args[0]);
     if (amount == -1.0 && PyErr_Occurred())
         return NULL;
@@ -246,7 +247,7 @@ static PyObject *bucket_enqueue(PyObject *op, PyObject *const *args, Py_ssize_t 
         deadline = now + span;
     }
     tb_id id;
-    switch (tb_enqueue(&self->core, amount, now, deadline, args[2], &id)) {
+    switch (tb_enqueue(&self->core, amount, now, deadline, args[2], args[3], &id)) {
     case TB_OK:
         Py_INCREF(args[2]);  /* the queue's reference */
         return PyLong_FromUnsignedLongLong(id);
@@ -273,43 +274,36 @@ static PyObject *bucket_withdraw(PyObject *op, PyObject *arg)
     return PyBool_FromLong(handle != NULL);
 }
 
-// _drop_waiters() -> int: removes every queued waiter without granting it (their loop closed).
-static PyObject *bucket_drop_waiters(PyObject *op, PyObject *Py_UNUSED(ignored))
+// _withdraw_first_of(owner) -> handle or None: removes owner's first queued waiter without granting it.
+static PyObject *bucket_withdraw_first_of(PyObject *op, PyObject *owner)
 {
     BucketObject *self = (BucketObject *)op;
-    PyObject *left = PyList_New(0);
-    if (left == NULL)
-        return NULL;
-    while (self->configured && self->core.waiting > 0) {
-        PyObject *handle = tb_withdraw_head(&self->core);
-        int rc = PyList_Append(left, handle);  /* released below, once the queue is consistent */
-        Py_DECREF(handle);
-        if (rc < 0) {
-            Py_DECREF(left);
-            return NULL;
-        }
-    }
-    Py_ssize_t count = PyList_GET_SIZE(left);
-    Py_DECREF(left);
-    return PyLong_FromSsize_t(count);
+    PyObject *handle = self->configured ? tb_withdraw_first_of(&self->core, owner) : NULL;
+    return handle ? handle : Py_NewRef(Py_None);  /* the queue's reference passes to the caller */
 }
 
 typedef struct {
     PyObject *granted;  /* the waiters granted, in order */
     PyObject *amounts;  /* their amounts */
     PyObject *skipped;  /* the waiters removed without a grant */
+    PyTypeObject *future_type;
     PyObject *str_done;
 } due_pass;
 
-// tb_grant_due's question: a waiter whose future is done already (cancelled) leaves without tokens;
-// the others are granted and listed with their amounts. The lists take over the queue's references
+// tb_grant_due's question: a waiter whose asyncio future is done already (cancelled) leaves without
+// tokens; the others are granted and listed with their amounts. Only futures are asked: their done()
+// runs no Python code, so no other thread can enter the bucket during the pass (other handles, the
+// blocked threads' waiters, leave the queue by themselves). The lists take over the queue's references
 // only after the pass (see bucket_grant_due): a waiter left queued keeps its own.
 static tb_verdict decide_waiter(void *ctx, void *handle, double amount)
 {
     due_pass *pass = ctx;
-    PyObject *done = PyObject_CallMethodNoArgs((PyObject *)handle, pass->str_done);
-    int gone = done ? PyObject_IsTrue(done) : -1;
-    Py_XDECREF(done);
+    int gone = 0;
+    if (PyObject_TypeCheck((PyObject *)handle, pass->future_type)) {
+        PyObject *done = PyObject_CallMethodNoArgs((PyObject *)handle, pass->str_done);
+        gone = done ? PyObject_IsTrue(done) : -1;
+        Py_XDECREF(done);
+    }
     if (gone < 0)
         return TB_STOP;
     if (gone)
@@ -334,18 +328,18 @@ static void release_waiters(PyObject *list)
         Py_DECREF(PyList_GET_ITEM(list, i));
 }
 
-// _grant_due(at=None) -> (granted, amounts, next_at): grants every waiter due now (or at the loop time
+// _grant_due(at, owner) -> (granted, amounts, next_at): grants every waiter due now (or at the loop time
 // at, if that is later: a timer the loop ran as due up to its clock resolution early), in order;
-// amounts are theirs; next_at is the loop time the new head is due, or None.
+// amounts are theirs; next_at is the loop time owner's first waiter is due, or None if it has none.
 static PyObject *bucket_grant_due(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     BucketObject *self = (BucketObject *)op;
-    if (nargs > 1)
-        return PyErr_Format(PyExc_TypeError, "_grant_due() takes at most 1 argument (%zd given)", nargs);
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "_grant_due() takes 2 arguments (%zd given)", nargs);
     tb_ns now;
     if (configured_now(self, &now) < 0)
         return NULL;
-    if (nargs == 1 && args[0] != Py_None) {
+    if (args[0] != Py_None) {
         double seconds = PyFloat_AsDouble(args[0]);
         tb_ns due;
         if ((seconds == -1.0 && PyErr_Occurred()) || seconds_to_ns(seconds, &due) < 0)
@@ -353,11 +347,12 @@ static PyObject *bucket_grant_due(PyObject *op, PyObject *const *args, Py_ssize_
         if (due > now)
             now = due;
     }
-    due_pass pass = {PyList_New(0), PyList_New(0), PyList_New(0), self->state->str_done};
+    due_pass pass = {PyList_New(0), PyList_New(0), PyList_New(0), self->state->future_type, self->state->str_done};
     PyObject *result = NULL;
     if (pass.granted == NULL || pass.amounts == NULL || pass.skipped == NULL)
         goto done;
-    tb_ns next = tb_grant_due(&self->core, now, decide_waiter, &pass);
+    tb_ns head = tb_grant_due(&self->core, now, decide_waiter, &pass);
+    tb_ns next = head == TB_NEVER ? TB_NEVER : tb_first_due_of(&self->core, args[1], now);
     release_waiters(pass.granted);
     release_waiters(pass.skipped);
     if (PyErr_Occurred())  /* the pass stopped at the waiter it could not list, due at once: the waiters */
@@ -408,12 +403,12 @@ static PyObject *bucket_refund(PyObject *op, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-// _reserve(amount, handle) -> (id, ready_at): queues a waiter promised its projected grant.
+// _reserve(amount, handle, owner) -> (id, ready_at): queues a waiter of owner promised its projected grant.
 static PyObject *bucket_reserve(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     BucketObject *self = (BucketObject *)op;
-    if (nargs != 2)
-        return PyErr_Format(PyExc_TypeError, "_reserve() takes 2 arguments (%zd given)", nargs);
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "_reserve() takes 3 arguments (%zd given)", nargs);
     double amount;
     tb_ns now;
     if (!self->configured)
@@ -424,7 +419,7 @@ static PyObject *bucket_reserve(PyObject *op, PyObject *const *args, Py_ssize_t 
     if (ready == TB_NEVER)
         return PyErr_NoMemory();
     tb_id id;
-    tb_status status = tb_enqueue(&self->core, amount, now, ready, args[1], &id);
+    tb_status status = tb_enqueue(&self->core, amount, now, ready, args[1], args[2], &id);
     if (status != TB_OK)
         return status == TB_ENOMEM ? PyErr_NoMemory()
                                    : PyErr_Format(PyExc_SystemError, "the core broke its own projection");
@@ -554,7 +549,7 @@ static PyMethodDef bucket_methods[] = {
     {"_configure", (PyCFunction)(void (*)(void))bucket_configure, METH_FASTCALL, NULL},
     {"_enqueue", (PyCFunction)(void (*)(void))bucket_enqueue, METH_FASTCALL, NULL},
     {"_withdraw", bucket_withdraw, METH_O, NULL},
-    {"_drop_waiters", bucket_drop_waiters, METH_NOARGS, NULL},
+    {"_withdraw_first_of", bucket_withdraw_first_of, METH_O, NULL},
     {"_grant_due", (PyCFunction)(void (*)(void))bucket_grant_due, METH_FASTCALL, NULL},
     {"_next_due", bucket_next_due, METH_NOARGS, NULL},
     {"_refund", bucket_refund, METH_O, NULL},
@@ -650,14 +645,23 @@ static int tokenbucket_exec(PyObject *module)
     st->get_running_loop = import_attribute("asyncio.events", "_get_running_loop");
     st->is_monotonic_loop = import_attribute("aiotb._clock", "is_monotonic_loop");
     st->real_type = import_attribute("numbers", "Real");
+    st->future_type = (PyTypeObject *)import_attribute("asyncio", "Future");
+    if (st->future_type && !PyType_Check(st->future_type)) {
+        PyErr_SetString(PyExc_TypeError, "asyncio.Future is not a class");
+        Py_CLEAR(st->future_type);
+    }
+    if (!st->future_type)
+        return -1;
     st->str_time = PyUnicode_InternFromString("time");
     st->str_wait = PyUnicode_InternFromString("_wait");
     st->str_over_capacity = PyUnicode_InternFromString("_over_capacity");
     st->str_throw = PyUnicode_InternFromString("throw");
     st->str_close = PyUnicode_InternFromString("close");
     st->str_done = PyUnicode_InternFromString("done");
+    st->str_drop_closed = PyUnicode_InternFromString("_drop_closed");
     if (!st->ready || !st->get_running_loop || !st->is_monotonic_loop || !st->real_type || !st->str_time ||
-        !st->str_wait || !st->str_over_capacity || !st->str_throw || !st->str_close || !st->str_done)
+        !st->str_wait || !st->str_over_capacity || !st->str_throw || !st->str_close || !st->str_done ||
+        !st->str_drop_closed)
         return -1;
     if (PyModule_AddType(module, st->bucket_type) < 0 ||
         PyModule_AddObjectRef(module, "READY", st->ready) < 0 ||
@@ -679,6 +683,7 @@ static int tokenbucket_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->get_running_loop);
     Py_VISIT(st->is_monotonic_loop);
     Py_VISIT(st->real_type);
+    Py_VISIT(st->future_type);
     Py_VISIT(st->latest_loop);
     Py_VISIT(st->latest.loop_type);
     Py_VISIT(st->latest.loop_dict);
@@ -695,6 +700,7 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->get_running_loop);
     Py_CLEAR(st->is_monotonic_loop);
     Py_CLEAR(st->real_type);
+    Py_CLEAR(st->future_type);
     Py_CLEAR(st->latest_loop);
     proof_clear(&st->latest);
     Py_CLEAR(st->str_time);
@@ -703,6 +709,7 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->str_throw);
     Py_CLEAR(st->str_close);
     Py_CLEAR(st->str_done);
+    Py_CLEAR(st->str_drop_closed);
     return 0;
 }
 

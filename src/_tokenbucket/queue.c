@@ -247,7 +247,7 @@ tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now)
 }
 
 tb_status tb_enqueue(tb_bucket *b, double amount, tb_ns now, tb_ns deadline,
-                     void *handle, tb_id *id)
+                     void *handle, const void *owner, tb_id *id)
 {
     if (!(amount > 0 && isfinite(amount)) || amount > b->limits.max_amount)
         return TB_EINVAL;  /* it could never be granted: it would block the queue for good */
@@ -266,7 +266,7 @@ tb_status tb_enqueue(tb_bucket *b, double amount, tb_ns now, tb_ns deadline,
     if (++b->enqueued == 0)
         b->enqueued = 1;
     b->slots[slot] = (tb_waiter){.amount = amount, .deadline = deadline, .enqueued_at = now,
-                                 .handle = handle, .sequence = b->enqueued};
+                                 .handle = handle, .owner = owner, .sequence = b->enqueued};
     link_waiter(b, slot);
     b->waiting++;
     b->with_deadline += deadline != TB_NEVER;
@@ -288,6 +288,40 @@ void *tb_withdraw(tb_bucket *b, tb_id id)
 void *tb_withdraw_head(tb_bucket *b)
 {
     return b->head == TB_NIL ? NULL : cancel_waiter(b, b->head);
+}
+
+// The first queued slot of owner, TB_NIL if it has none; *count and *ahead are the waiters before it and their amounts.
+static uint32_t first_of(const tb_bucket *b, const void *owner, size_t *count, double *ahead)
+{
+    *count = 0;
+    *ahead = 0;
+    for (uint32_t s = b->head; s != TB_NIL; s = b->slots[s].next, ++*count) {
+        if (b->slots[s].owner == owner)
+            return s;
+        *ahead += b->slots[s].amount;
+    }
+    return TB_NIL;
+}
+
+void *tb_withdraw_first_of(tb_bucket *b, const void *owner)
+{
+    size_t count;
+    double ahead;
+    uint32_t slot = first_of(b, owner, &count, &ahead);
+    return slot == TB_NIL ? NULL : cancel_waiter(b, slot);
+}
+
+tb_ns tb_first_due_of(tb_bucket *b, const void *owner, tb_ns now)
+{
+    size_t count;
+    double ahead;
+    uint32_t slot = first_of(b, owner, &count, &ahead);
+    if (slot == TB_NIL)
+        return TB_NEVER;
+    tb_limits_anchor(&b->limits, now);
+    if (slot == b->head)
+        return tb_limits_fit_at(&b->limits, b->slots[slot].amount, now);
+    return projected_behind(b, slot, count, ahead, b->slots[slot].amount, now);
 }
 
 // Grants the head waiter at now, as of the instant it became ready (within the late credit), and counts it.

@@ -23,6 +23,7 @@ typedef struct {
     tb_ns deadline;       /* latest acceptable grant, TB_NEVER if none */
     tb_ns enqueued_at;    /* when it was queued, for the wait statistics */
     void *handle;         /* the caller's object for this waiter; never dereferenced */
+    const void *owner;    /* who times and wakes it (say, one event loop's dispatcher); never dereferenced */
     uint32_t sequence;    /* low bits of the enqueue count; 0 marks a free slot */
     uint32_t prev, next;  /* queue links (next also chains free slots) */
 } tb_waiter;
@@ -84,17 +85,20 @@ bool tb_can_take(tb_bucket *b, double amount, tb_ns now);
 /* Grants amount at now if a newcomer may have it without waiting, counting the grant; returns whether it did. */
 bool tb_take(tb_bucket *b, double amount, tb_ns now);
 
-/* Queues a waiter. TB_OK with *id set; TB_ETOOLATE if its grant cannot come by deadline (nothing
- * queued, a timeout counted); TB_EINVAL for an amount outside (0, max_amount] or a deadline in
- * smallest-first order; TB_ENOMEM. */
+/* Queues a waiter of owner. TB_OK with *id set; TB_ETOOLATE if its grant cannot come by deadline
+ * (nothing queued, a timeout counted); TB_EINVAL for an amount outside (0, max_amount] or a deadline
+ * in smallest-first order; TB_ENOMEM. */
 tb_status tb_enqueue(tb_bucket *b, double amount, tb_ns now, tb_ns deadline,
-                     void *handle, tb_id *id);
+                     void *handle, const void *owner, tb_id *id);
 /* Removes a queued waiter without granting it, counting it cancelled; returns its handle, or NULL
  * if id is not queued. */
 void *tb_withdraw(tb_bucket *b, tb_id id);
 /* Removes the head waiter without granting it, counting it cancelled; returns its handle, or NULL
  * if none waits. */
 void *tb_withdraw_head(tb_bucket *b);
+/* Removes owner's first queued waiter without granting it, counting it cancelled; returns its
+ * handle, or NULL if owner has none queued. */
+void *tb_withdraw_first_of(tb_bucket *b, const void *owner);
 /* Removes, in queue order, every waiter that can be granted at now, asking decide about each (a
  * granted one takes its tokens as of its ready instant, or late_credit before now if later, and is
  * counted); returns the first instant >= now at which the new head can be granted, TB_NEVER if
@@ -104,6 +108,9 @@ tb_ns tb_grant_due(tb_bucket *b, tb_ns now, tb_decide decide, void *ctx);
 /* The instant a waiter for amount queued now would be granted, if nothing ahead changes, never
  * earlier (see tb_limits_projection); TB_NEVER if that is at TB_MAX_SPAN (2^58 ns) or later. */
 tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now);
+/* The instant owner's first queued waiter can be granted, if nothing ahead of it changes, never
+ * earlier (see tb_limits_projection): the head's is exact; TB_NEVER if owner has none queued. */
+tb_ns tb_first_due_of(tb_bucket *b, const void *owner, tb_ns now);
 /* Removes one queued waiter that can no longer be granted as promised, counting it cancelled,
  * and returns its handle, setting *never if its amount is above the capacity (else its projected
  * grant misses its deadline); NULL if there is none. */

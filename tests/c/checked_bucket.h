@@ -48,10 +48,10 @@ static inline bool take_at(const char *f, int l, tb_bucket *b, double amount, tb
     holds(f, l, b);
     return granted;
 }
-static inline tb_status enqueue_at(const char *f, int l, tb_bucket *b, double amount, tb_ns now,
-                            tb_ns deadline, void *handle, tb_id *id)
+static inline tb_status enqueue_at(const char *f, int l, const void *owner, tb_bucket *b, double amount,
+                                   tb_ns now, tb_ns deadline, void *handle, tb_id *id)
 {
-    tb_status status = tb_enqueue(b, amount, now, deadline, handle, id);
+    tb_status status = tb_enqueue(b, amount, now, deadline, handle, owner, id);
     holds(f, l, b);
     return status;
 }
@@ -126,7 +126,8 @@ static inline void rebase_at(const char *f, int l, tb_bucket *b, tb_ns then, tb_
 #define TOKENS(...) tokens_at(__FILE__, __LINE__, __VA_ARGS__)
 #define CAN_TAKE(...) can_take_at(__FILE__, __LINE__, __VA_ARGS__)
 #define TAKE(...) take_at(__FILE__, __LINE__, __VA_ARGS__)
-#define ENQUEUE(...) enqueue_at(__FILE__, __LINE__, __VA_ARGS__)
+#define ENQUEUE(...) enqueue_at(__FILE__, __LINE__, NULL, __VA_ARGS__)
+#define ENQUEUE_OF(owner, ...) enqueue_at(__FILE__, __LINE__, (owner), __VA_ARGS__)
 #define WITHDRAW(...) withdraw_at(__FILE__, __LINE__, __VA_ARGS__)
 #define READY_HEAD(...) ready_head_at(__FILE__, __LINE__, __VA_ARGS__)
 #define POP(...) pop_head_at(__FILE__, __LINE__, __VA_ARGS__)

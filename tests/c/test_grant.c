@@ -205,6 +205,40 @@ static void test_statistics_are_counted_once(void)
     tb_release(&b);
 }
 
+// Each owner times its own first waiter: the head's instant exactly, a later one's as projected behind
+// those ahead, in queue order (smallest-first included); withdrawing an owner's first re-times the rest.
+static void test_each_owner_times_its_first_waiter(void)
+{
+    tb_bucket b;
+    int handles[4], loop_a, loop_b, idle;
+    tb_id ids[4];
+    CHECK(INIT(&b, 1e6, 1, 0, true, TB_FIFO) == TB_OK);  /* a token a millisecond, empty at 0 */
+    CHECK(ENQUEUE_OF(&loop_a, &b, 1, 0, TB_NEVER, &handles[0], &ids[0]) == TB_OK);
+    CHECK(ENQUEUE_OF(&loop_b, &b, 1, 0, TB_NEVER, &handles[1], &ids[1]) == TB_OK);
+    CHECK(ENQUEUE_OF(&loop_a, &b, 1, 0, TB_NEVER, &handles[2], &ids[2]) == TB_OK);
+    CHECK(tb_first_due_of(&b, &loop_a, 0) == 1 * MS);
+    CHECK(tb_first_due_of(&b, &loop_b, 0) == 2 * MS);
+    CHECK(tb_first_due_of(&b, &idle, 0) == TB_NEVER);
+    HOLDS(&b);
+    CHECK(tb_withdraw_first_of(&b, &idle) == NULL && b.stats.cancelled == 0);
+    CHECK(tb_withdraw_first_of(&b, &loop_a) == &handles[0] && b.stats.cancelled == 1);
+    HOLDS(&b);
+    CHECK(tb_first_due_of(&b, &loop_b, 0) == 1 * MS);  /* the head now */
+    CHECK(tb_first_due_of(&b, &loop_a, 0) == 2 * MS);
+    CHECK(tb_withdraw_first_of(&b, &loop_a) == &handles[2]);
+    CHECK(tb_withdraw_first_of(&b, &loop_a) == NULL && b.waiting == 1);
+    CHECK(tb_withdraw_first_of(&b, &loop_b) == &handles[1] && b.waiting == 0);
+    tb_release(&b);
+
+    CHECK(INIT(&b, 1e6, 4, 0, true, TB_SMALLEST_FIRST) == TB_OK);
+    CHECK(ENQUEUE_OF(&loop_a, &b, 3, 0, TB_NEVER, &handles[0], &ids[0]) == TB_OK);
+    CHECK(ENQUEUE_OF(&loop_b, &b, 1, 0, TB_NEVER, &handles[1], &ids[1]) == TB_OK);
+    CHECK(tb_first_due_of(&b, &loop_b, 0) == 1 * MS);  /* the smaller one goes first */
+    CHECK(tb_first_due_of(&b, &loop_a, 0) == 4 * MS);  /* behind it: 1 + 3 tokens */
+    HOLDS(&b);
+    tb_release(&b);
+}
+
 static void test_wait_statistics_follow_a_rebase(void)
 {
     tb_bucket b;
@@ -448,6 +482,7 @@ int main(int argc, char **argv)
     RUN(test_grant_due_verdicts);
     RUN(test_grant_due_late_credit);
     RUN(test_statistics_are_counted_once);
+    RUN(test_each_owner_times_its_first_waiter);
     RUN(test_wait_statistics_follow_a_rebase);
     RUN(test_as_good_as_new);
     return tests_summary();

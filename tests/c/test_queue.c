@@ -563,7 +563,7 @@ static void test_memory_follows_the_live_waiters(void)
     CHECK(INIT(&b, 1e6, 10, 10, true, TB_FIFO) == TB_OK);
     for (uint32_t i = 0; i < N; i++) {
         /* The handle is only an opaque token for the core: the waiter's number. */
-        CHECK(tb_enqueue(&b, 1, 0, TB_NEVER, (void *)(uintptr_t)(i + 1), &ids[i]) == TB_OK);
+        CHECK(tb_enqueue(&b, 1, 0, TB_NEVER, (void *)(uintptr_t)(i + 1), NULL, &ids[i]) == TB_OK);
         if (i % CHECK_EVERY == 0)
             HOLDS(&b);
         order[i] = i;
@@ -596,7 +596,7 @@ static void test_memory_follows_the_live_waiters(void)
     for (uint32_t op = 0; op < OPS; op++) {
         bool grow = live == 0 || (live < MAX_LIVE && rng_below(100) < 52);
         if (grow) {
-            CHECK(tb_enqueue(&b, 1, 0, TB_NEVER, (void *)(uintptr_t)(op + 1), &ids[live]) ==
+            CHECK(tb_enqueue(&b, 1, 0, TB_NEVER, (void *)(uintptr_t)(op + 1), NULL, &ids[live]) ==
                   TB_OK);
             live++;
         } else {

@@ -398,7 +398,7 @@ static void op_enqueue(state *s, input *in)
         deadline = TB_NEVER;  /* the binding's deadlines are now + a timeout in [0, 2^58) ns */
     tb_id id;
     void *handle = (void *)(uintptr_t)(s->enqueued + 1);
-    tb_status status = tb_enqueue(&s->b, amount, s->now, deadline, handle, &id);
+    tb_status status = tb_enqueue(&s->b, amount, s->now, deadline, handle, NULL, &id);
     rate_snapshot after = snapshot(s);
     if (anchored && !same_rate(&before, &after))
         FAIL(s, "enqueue changed the bucket's rate");

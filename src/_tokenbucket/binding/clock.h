@@ -187,14 +187,38 @@ COLD static void switch_clock(BucketObject *self, PyObject *domain, tb_ns now)
 {
     if (self->has_last)
         tb_rebase(&self->core, self->last_now, now);
+    self->has_last = false;  /* readings on the new clock start afresh */
     Py_XSETREF(self->domain, Py_XNewRef(domain));
 }
 
-// Records a reading of the clock.
-static inline ALWAYS_INLINE void bucket_read(BucketObject *self, tb_ns now)
+// Records a reading of the clock, never earlier than the last: threads that read the clock in one
+// order may reach the bucket in the other. Returns the reading recorded.
+static inline ALWAYS_INLINE tb_ns bucket_read(BucketObject *self, tb_ns now)
 {
+    if (self->has_last && now < self->last_now)
+        now = self->last_now;
     self->last_now = now;
     self->has_last = true;
+    return now;
+}
+
+// Whether the core may move onto another clock: only with no waiter queued, as the waiters' times are
+// on the old clock. Waiters of closed loops are dropped first (the limiter's _drop_closed). 0, or -1
+// with RuntimeError if others wait.
+COLD static int may_switch_clock(BucketObject *self)
+{
+    if (!self->configured || self->core.waiting == 0)
+        return 0;
+    PyObject *dropped = PyObject_CallMethodNoArgs((PyObject *)self, self->state->str_drop_closed);
+    if (dropped == NULL)
+        return -1;
+    Py_DECREF(dropped);
+    if (self->core.waiting == 0)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError,
+                    "this limiter has waiters on an event loop with another clock: loops that share a limiter "
+                    "must all keep time on the monotonic clock (a virtual or patched loop.time() cannot be shared)");
+    return -1;
 }
 
 // The clock of loop (the running loop, or None; a reference the call takes over) read the long way:
@@ -226,9 +250,12 @@ COLD static int bucket_now_slow(BucketObject *self, PyObject *loop, tb_ns *now)
     self->seen_thread = proven ? PyThreadState_GetID(ts) : 0;
     self->seen_context_ver = ts->context_ver;
 #endif
-    if (domain != self->domain)
+    if (domain != self->domain) {
+        if (may_switch_clock(self) < 0)
+            goto done;
         switch_clock(self, domain, *now);
-    bucket_read(self, *now);
+    }
+    *now = bucket_read(self, *now);
     rc = 0;
 done:
     Py_DECREF(loop);
@@ -245,8 +272,7 @@ static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
     PyObject *proven = self->proof.loop;
     if (proven != NULL && self->domain == NULL && ts->context_ver == self->seen_context_ver &&
         PyThreadState_GetID(ts) == self->seen_thread && proof_holds(self->state, &self->proof, proven)) {
-        *now = monotonic_ns();
-        bucket_read(self, *now);
+        *now = bucket_read(self, monotonic_ns());
         return 0;
     }
     PyObject *loop = PyObject_CallNoArgs(self->state->get_running_loop);
@@ -255,8 +281,7 @@ static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
     if (loop != NULL && loop == self->proof.loop && self->domain == NULL &&
         proof_holds(self->state, &self->proof, loop)) {
         Py_DECREF(loop);
-        *now = monotonic_ns();
-        bucket_read(self, *now);
+        *now = bucket_read(self, monotonic_ns());
         return 0;
     }
 #endif

@@ -71,6 +71,7 @@ typedef struct {
     PyObject *get_running_loop;  /* asyncio.events._get_running_loop */
     PyObject *is_monotonic_loop; /* aiotb._clock.is_monotonic_loop */
     PyObject *real_type;         /* numbers.Real */
+    PyTypeObject *future_type;   /* asyncio.Future */
     PyObject *latest_loop;       /* weak reference to the loop proven last, so a new bucket skips the proof */
     tb_proof latest;             /* that proof (its loop field unused: the reference above is weak) */
     PyObject *str_time;
@@ -79,6 +80,7 @@ typedef struct {
     PyObject *str_throw;
     PyObject *str_close;
     PyObject *str_done;
+    PyObject *str_drop_closed;
     int type_watcher;            /* 3.12+: id of the watcher that counts class changes, or -1 */
 } tb_state;
 

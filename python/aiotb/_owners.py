@@ -1,0 +1,230 @@
+"""Everyone who waits on one limiter: a dispatcher per event loop, and the threads blocked in it.
+
+One queue (the engine's) serves them all, in one order; each waiter is queued with its owner, the
+one who times and wakes it. Every owner sleeps until its own first waiter is due: a dispatcher on
+its loop's timer, a blocked thread on a lock with a deadline, so no one polls and no one waits for
+another owner to be on time. Whoever wakes grants everyone due, and hands each grant to its owner:
+its own waiters at once, another loop's by one ``call_soon_threadsafe`` per loop and pass, a blocked
+thread's by releasing its lock. When a waiter leaves the queue or tokens come back, the waiters
+behind it may be due sooner: every other owner is woken to re-time (``retime``)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import warnings
+import weakref
+from asyncio import events
+from typing import TYPE_CHECKING, Any
+
+from ._core import MAX_SPAN
+from ._dispatch import Dispatcher
+
+if TYPE_CHECKING:
+    from ._core import Bucket
+
+REUSED_ACROSS_LOOPS = (
+    "This AsyncLimiter instance is being re-used across loops. Please create "
+    "a new limiter per event loop as re-use can lead to undefined behaviour."
+)
+_LONGEST_SLEEP = min(threading.TIMEOUT_MAX, MAX_SPAN / 1e9)
+_GRANTED, _ABANDONED = "granted", "abandoned"
+
+
+class ThreadWaiter:
+    """A blocked thread's place in the queue; its own owner. It sleeps on a lock that whoever grants
+    it, or re-times it, releases."""
+
+    __slots__ = ("_wake", "_outcome")
+
+    def __init__(self) -> None:
+        self._wake = threading.Lock()
+        self._wake.acquire()
+        self._outcome: dict[str, object] = {}  # "first": what came first, the grant, a failure or giving up
+
+    def get_loop(self) -> None:
+        """No event loop: the thread itself is woken."""
+        return None
+
+    def sleep(self, seconds: float | None) -> None:
+        """Blocks until woken, or for seconds at most."""
+        if seconds is None:
+            self._wake.acquire()
+        elif seconds > 0:
+            self._wake.acquire(timeout=min(seconds, _LONGEST_SLEEP))
+
+    def wake(self) -> None:
+        """From any thread: ends the current or next sleep."""
+        try:
+            self._wake.release()
+        except RuntimeError:  # awake already: a wake-up is pending
+            pass
+
+    def settle(self, outcome: object) -> object:
+        """Records outcome unless another came first (one atomic step under the GIL, and in
+        free-threaded builds); returns the outcome that stands."""
+        return self._outcome.setdefault("first", outcome)
+
+    @property
+    def outcome(self) -> object:
+        """The grant, a failure, giving up, or None while it waits."""
+        return self._outcome.get("first")
+
+
+class Owners:
+    """The dispatchers and blocked threads of one limiter (``bucket``)."""
+
+    __slots__ = ("_bucket", "dispatchers", "sleepers", "last", "warn_on_reuse")
+
+    def __init__(self, bucket: Bucket, warn_on_reuse: bool) -> None:
+        self._bucket: weakref.ref[Bucket] = weakref.ref(bucket)  # weak: no cycle keeps a limiter alive
+        self.dispatchers: dict[asyncio.AbstractEventLoop, Dispatcher] = {}
+        self.sleepers: set[ThreadWaiter] = set()  # threads blocked in acquire_blocking
+        self.last: Dispatcher | None = None  # the dispatcher used last: the one of the only loop, mostly
+        self.warn_on_reuse: bool = warn_on_reuse
+
+    @property
+    def bucket(self) -> Bucket:
+        """The limiter (ReferenceError once it is gone: then no one waits on it)."""
+        bucket = self._bucket()
+        if bucket is None:
+            raise ReferenceError("the limiter is gone")
+        return bucket
+
+    # ---- event loops ----
+
+    def dispatcher(self) -> Dispatcher:
+        """The running loop's dispatcher (RuntimeError outside a loop)."""
+        loop = asyncio.get_running_loop()
+        last = self.last
+        if last is not None and last.loop is loop:
+            return last
+        found = self.dispatchers.get(loop)
+        if found is None:
+            if self.drop_closed() and self.warn_on_reuse:
+                warnings.warn(REUSED_ACROSS_LOOPS, RuntimeWarning, stacklevel=5)
+            found = self.dispatchers[loop] = Dispatcher(self, loop)
+        self.last = found
+        return found
+
+    def drop_closed(self) -> bool:
+        """Forgets the dispatchers of closed loops, dropping their waiters; whether there were any."""
+        closed = [d for d in list(self.dispatchers.values()) if d.loop.is_closed()]
+        for d in closed:
+            self.drop(d)
+        return bool(closed)
+
+    def drop(self, dispatcher: Dispatcher) -> None:
+        """dispatcher's loop closed: its waiters can never be woken. They leave the queue; the
+        others go on."""
+        if self.dispatchers.get(dispatcher.loop) is dispatcher:
+            del self.dispatchers[dispatcher.loop]
+        if self.last is dispatcher:
+            self.last = None
+        dropped = False
+        while self.bucket._withdraw_first_of(dispatcher) is not None:
+            dropped = True
+        if dropped:
+            self.retime(dispatcher)
+
+    # ---- hand-overs ----
+
+    def deliver(self, granted: list[tuple[Any, float]]) -> bool:
+        """Hands grants to their owners: a blocked thread at once, another loop's waiters in one call
+        per loop. Returns whether tokens came back (a waiter gave up, a loop closed)."""
+        bucket, given_back = self.bucket, False
+        batches: dict[asyncio.AbstractEventLoop, list[tuple[Any, float]]] = {}
+        for waiter, amount in granted:
+            home = waiter.get_loop()
+            if home is None:
+                if waiter.settle(_GRANTED) is _GRANTED:
+                    waiter.wake()
+                else:  # it gave up meanwhile
+                    bucket._refund(amount)
+                    given_back = True
+            else:
+                batches.setdefault(home, []).append((waiter, amount))
+        for home, batch in batches.items():
+            dispatcher = self.dispatchers.get(home)
+            try:
+                if dispatcher is None:
+                    raise RuntimeError("no dispatcher")  # dropped: its loop closed
+                home.call_soon_threadsafe(dispatcher.resolve, batch)
+            except RuntimeError:  # the loop is closed: these grants can never be used
+                for _, amount in batch:
+                    bucket._refund(amount)
+                given_back = True
+                if dispatcher is not None:
+                    self.drop(dispatcher)
+        return given_back
+
+    def retime(self, source: object) -> None:
+        """After a waiter left or tokens came back: every owner but source looks again at when its
+        first waiter is due. A wake-up is never lost: a scheduled callback, a released lock."""
+        for dispatcher in list(self.dispatchers.values()):
+            if dispatcher is not source and not dispatcher.wake():
+                self.drop(dispatcher)
+        for sleeper in list(self.sleepers):
+            if sleeper is not source:
+                sleeper.wake()
+
+    def fail(self, waiter: Any, error: BaseException) -> None:
+        """Fails a waiter the limits stranded, on its own loop or thread."""
+        home = waiter.get_loop()
+        if home is None:
+            if waiter.settle(error) is error:
+                waiter.wake()
+        elif home is events._get_running_loop():
+            if not waiter.done():
+                waiter.set_exception(error)
+        else:
+            try:
+                home.call_soon_threadsafe(_fail_future, waiter, error)
+            except RuntimeError:  # its loop is closed
+                pass
+
+    # ---- blocked threads ----
+
+    def wait_blocking(self, amount: float, timeout: float | None) -> None:
+        """Blocks this thread until amount tokens are granted to it; TimeoutError at once, taking
+        nothing, if they cannot come within timeout. Interrupted (KeyboardInterrupt), it leaves
+        the queue, or gives the tokens back if they came."""
+        bucket = self.bucket
+        if timeout is not None and timeout >= MAX_SPAN / 1e9:
+            timeout = None
+        waiter = ThreadWaiter()
+        ident = bucket._enqueue(amount, timeout, waiter, waiter)
+        self.sleepers.add(waiter)
+        try:
+            while True:
+                at = self._grant_due_from(waiter)
+                outcome = waiter.outcome
+                if outcome is _GRANTED:
+                    return
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                waiter.sleep(None if at is None else at - time.monotonic())
+        except BaseException:
+            if waiter.settle(_ABANDONED) is _GRANTED:
+                bucket._refund(amount)  # granted, but never to be used
+                self.retime(waiter)
+            elif bucket._withdraw(ident):
+                self.retime(waiter)
+            raise
+        finally:
+            self.sleepers.discard(waiter)
+
+    def _grant_due_from(self, waiter: ThreadWaiter) -> float | None:
+        """A blocked thread's pass: grants everyone due, hands the grants over, and returns when the
+        thread's own waiter is due (CLOCK_MONOTONIC seconds), None if it waits no more."""
+        while True:
+            granted, amounts, at = self.bucket._grant_due(None, waiter)
+            if not self.deliver(list(zip(granted, amounts))):
+                return at
+            self.retime(waiter)
+
+
+def _fail_future(waiter: asyncio.Future[None], error: BaseException) -> None:
+    if not waiter.done():
+        waiter.set_exception(error)
