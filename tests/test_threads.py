@@ -422,3 +422,21 @@ def test_a_virtual_clock_cannot_join_waiters_on_the_monotonic_clock(lib, vrun):
     finally:
         loop.close()
     assert limiter.waiting == 0
+
+
+def test_keyed_limiter_gives_each_key_one_limiter_across_threads(lib):
+    """Threads hammer the same keys: each key's burst (2, no refill within the test) is granted twice
+    in all, never once per thread, so no key ever got two limiters."""
+    keyed = lib.KeyedLimiter(2, 10**7)
+    keys = range(200)
+
+    def hammer() -> dict[int, int]:
+        got = dict.fromkeys(keys, 0)
+        for _ in range(3):
+            for key in keys:
+                got[key] += keyed[key].try_acquire()
+        return got
+
+    results = in_threads(*(hammer for _ in range(4)))
+    assert all(sum(r[key] for r in results) == 2 for key in keys)
+    assert len(keyed) == len(keys)

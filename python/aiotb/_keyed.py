@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 from collections import OrderedDict
 from typing import Any, Coroutine, Hashable
@@ -28,16 +29,20 @@ class KeyedLimiter:
         self._args = (max_rate, time_period)
         self._options = options
         self._limiters: OrderedDict[Hashable, Limiter | weakref.ref[Limiter]] = OrderedDict()
+        # threads share the keys: one of them at a time looks up, makes or sweeps (reentrant, for a
+        # weak reference's callback run by a collection in the middle of it)
+        self._lock = threading.RLock()
 
     def __getitem__(self, key: Hashable) -> Limiter:
-        limiters = self._limiters
-        held = limiters.get(key)
-        limiter: Limiter | None = held() if isinstance(held, weakref.ref) else held
-        if limiter is None:
-            limiter = self.limiter_class(*self._args, **self._options)
-        limiters[key] = limiter  # held strongly again while in use
-        self._sweep(key)
-        return limiter
+        with self._lock:
+            limiters = self._limiters
+            held = limiters.get(key)
+            limiter: Limiter | None = held() if isinstance(held, weakref.ref) else held
+            if limiter is None:
+                limiter = self.limiter_class(*self._args, **self._options)
+            limiters[key] = limiter  # held strongly again while in use
+            self._sweep(key)
+            return limiter
 
     def acquire(self, key: Hashable, amount: float = 1, timeout: float | None = None) -> Coroutine[Any, Any, None]:
         """Takes amount tokens of key's limiter; see ``Limiter.acquire``."""
@@ -59,7 +64,7 @@ class KeyedLimiter:
             if key == used:
                 break
             if not isinstance(held, weakref.ref) and held._as_good_as_new():
-                limiters[key] = weakref.ref(held, functools.partial(_forget, limiters, key))
+                limiters[key] = weakref.ref(held, functools.partial(_forget, self._lock, limiters, key))
             limiters.move_to_end(key)
         limiters.move_to_end(used)
 
@@ -67,8 +72,9 @@ class KeyedLimiter:
         return f"<KeyedLimiter {self._prototype!r} keys={len(self)}>"
 
 
-def _forget(limiters: OrderedDict[Hashable, Limiter | weakref.ref[Limiter]], key: Hashable,
-            ref: weakref.ref[Limiter]) -> None:
+def _forget(lock: threading.RLock, limiters: OrderedDict[Hashable, Limiter | weakref.ref[Limiter]],
+            key: Hashable, ref: weakref.ref[Limiter]) -> None:
     """A weakly held limiter is gone: its key's entry goes too (unless the key got a new one)."""
-    if limiters.get(key) is ref:
-        del limiters[key]
+    with lock:
+        if limiters.get(key) is ref:
+            del limiters[key]

@@ -96,9 +96,6 @@ static int bucket_traverse(PyObject *op, visitproc visit, void *arg)
     BucketObject *self = (BucketObject *)op;
     Py_VISIT(Py_TYPE(op));
     Py_VISIT(self->domain);
-    Py_VISIT(self->proof.loop);
-    Py_VISIT(self->proof.loop_type);
-    Py_VISIT(self->proof.loop_dict);
     if (self->configured)
         for (uint32_t s = self->core.head; s != TB_NIL; s = self->core.slots[s].next)
             Py_VISIT((PyObject *)self->core.slots[s].handle);
@@ -111,7 +108,6 @@ static int bucket_clear(PyObject *op)
     while (self->configured && self->core.waiting > 0)  /* forgotten, not granted */
         Py_DECREF((PyObject *)tb_withdraw_head(&self->core));
     Py_CLEAR(self->domain);
-    proof_clear(&self->proof);
     return 0;
 }
 
@@ -638,8 +634,9 @@ static int tokenbucket_exec(PyObject *module)
 #endif
     st->ready_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &ready_spec, NULL);
     st->bucket_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &bucket_spec, NULL);
+    st->seen_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &seen_spec, NULL);
     st->acquisition_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &acquisition_spec, NULL);
-    if (!st->ready_type || !st->bucket_type || !st->acquisition_type)
+    if (!st->ready_type || !st->bucket_type || !st->seen_type || !st->acquisition_type)
         return -1;
     st->ready = PyType_GenericAlloc(st->ready_type, 0);
     st->get_running_loop = import_attribute("asyncio.events", "_get_running_loop");
@@ -659,9 +656,10 @@ static int tokenbucket_exec(PyObject *module)
     st->str_close = PyUnicode_InternFromString("close");
     st->str_done = PyUnicode_InternFromString("done");
     st->str_drop_closed = PyUnicode_InternFromString("_drop_closed");
+    st->str_seen = PyUnicode_InternFromString("aiotb._tokenbucket.seen");
     if (!st->ready || !st->get_running_loop || !st->is_monotonic_loop || !st->real_type || !st->str_time ||
         !st->str_wait || !st->str_over_capacity || !st->str_throw || !st->str_close || !st->str_done ||
-        !st->str_drop_closed)
+        !st->str_drop_closed || !st->str_seen)
         return -1;
     if (PyModule_AddType(module, st->bucket_type) < 0 ||
         PyModule_AddObjectRef(module, "READY", st->ready) < 0 ||
@@ -677,6 +675,7 @@ static int tokenbucket_traverse(PyObject *module, visitproc visit, void *arg)
 {
     tb_state *st = PyModule_GetState(module);
     Py_VISIT(st->bucket_type);
+    Py_VISIT(st->seen_type);
     Py_VISIT(st->ready_type);
     Py_VISIT(st->acquisition_type);
     Py_VISIT(st->ready);
@@ -694,6 +693,7 @@ static int tokenbucket_clear(PyObject *module)
 {
     tb_state *st = PyModule_GetState(module);
     Py_CLEAR(st->bucket_type);
+    Py_CLEAR(st->seen_type);
     Py_CLEAR(st->ready_type);
     Py_CLEAR(st->acquisition_type);
     Py_CLEAR(st->ready);
@@ -710,6 +710,7 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->str_close);
     Py_CLEAR(st->str_done);
     Py_CLEAR(st->str_drop_closed);
+    Py_CLEAR(st->str_seen);
     return 0;
 }
 

@@ -1,17 +1,17 @@
 /* The running loop's clock, read in nanoseconds.
  *
  * When the running loop's clock provably is CLOCK_MONOTONIC (aiotb._clock.is_monotonic_loop), the
- * bucket reads that clock itself and remembers the proof (tb_proof). The proof holds while that
- * loop is the running one and neither its class (nor a base) nor its instance attributes changed.
+ * bucket reads that clock itself. The proof (tb_proof) holds while that loop is the running one and
+ * neither its class (nor a base) nor its instance attributes changed; each thread keeps its own
+ * (SeenObject, in the thread's state dict), so buckets share it and no thread reads another's.
  *
  * Which loop is running: asyncio answers, in a few loads on 3.12+ and with a getpid() system call
  * on 3.11 (the public path). Asking on every reading costs about 140 instructions per `async with`
- * on 3.12 and 3.13 (see README), so on 3.11-3.13 a bucket trusts its last answer while the thread
- * and its context version are unchanged: every callback and task step a loop runs enters a
- * context, so the running loop cannot change within one version. The context version is a
- * CPython-internal field, read only on the versions that have it (3.11-3.13, GIL builds); the
- * build switch AIOTB_PUBLIC_CLOCK=1 (setup.py) builds the public path there too, and the test
- * suite runs on both.
+ * on 3.12 and 3.13 (see README), so on 3.11-3.13 a thread trusts its last answer while its context
+ * version is unchanged: every callback and task step a loop runs enters a context, so the running
+ * loop cannot change within one version. The context version is a CPython-internal field, read only
+ * on the versions that have it (3.11-3.13, GIL builds); the build switch AIOTB_PUBLIC_CLOCK=1
+ * (setup.py) builds the public path there too, and the test suite runs on both.
  * Class changes: type watchers on 3.12+ (public); the class's version tag on 3.11. */
 #ifndef AIOTB_BINDING_CLOCK_H
 #define AIOTB_BINDING_CLOCK_H
@@ -141,12 +141,11 @@ static int proof_make(tb_state *st, tb_proof *p, PyObject *loop)
     return 0;
 }
 
-// Whether loop's clock is CLOCK_MONOTONIC, proving it in self->proof if it is: from the module's
-// latest proof when that was made for the same loop and still holds, else by asking aiotb._clock.
-// 1, 0, or -1 with an exception.
-COLD static int prove_clock(BucketObject *self, PyObject *loop)
+// Whether loop's clock is CLOCK_MONOTONIC, proving it in *p if it is: from the module's latest proof
+// when that was made for the same loop and still holds, else by asking aiotb._clock. 1, 0, or -1
+// with an exception.
+COLD static int prove_clock(tb_state *st, tb_proof *p, PyObject *loop)
 {
-    tb_state *st = self->state;
     PyObject *latest = NULL;
     if (st->latest_loop != NULL && PyWeakref_GetRef(st->latest_loop, &latest) < 0)
         return -1;
@@ -157,13 +156,13 @@ COLD static int prove_clock(BucketObject *self, PyObject *loop)
         int monotonic = verdict ? PyObject_IsTrue(verdict) : -1;
         Py_XDECREF(verdict);
         if (monotonic <= 0) {
-            proof_clear(&self->proof);
+            proof_clear(p);
             return monotonic;
         }
     }
-    if (proof_make(st, &self->proof, loop) < 0)
+    if (proof_make(st, p, loop) < 0)
         return -1;
-    if (known || self->proof.loop == NULL)
+    if (known || p->loop == NULL)
         return 1;
     PyObject *ref = PyWeakref_NewRef(loop, NULL);
     if (ref == NULL) {  /* a loop without weak references: nothing to share */
@@ -173,11 +172,101 @@ COLD static int prove_clock(BucketObject *self, PyObject *loop)
     }
     Py_XSETREF(st->latest_loop, ref);
     proof_clear(&st->latest);
-    st->latest.loop_type = (PyTypeObject *)Py_NewRef(self->proof.loop_type);
-    st->latest.loop_dict = Py_XNewRef(self->proof.loop_dict);
-    st->latest.dict_size = self->proof.dict_size;
-    st->latest.type_epoch = self->proof.type_epoch;
+    st->latest.loop_type = (PyTypeObject *)Py_NewRef(p->loop_type);
+    st->latest.loop_dict = Py_XNewRef(p->loop_dict);
+    st->latest.dict_size = p->dict_size;
+    st->latest.type_epoch = p->type_epoch;
     return 1;
+}
+
+/* ---- what this thread has seen ---- */
+
+/* A shortcut to this OS thread's SeenObject, past the thread-state dict that owns it: valid for the
+ * thread state, by address and id, and the interpreter it names. A SeenObject freed in its own
+ * thread clears it (seen_dealloc); one freed elsewhere belongs to a thread state that is gone, whose
+ * address, id and interpreter are never all reused. */
+static _Thread_local struct {
+    PyThreadState *ts;
+    uint64_t ts_id;
+    int64_t interp_id;
+    SeenObject *seen;  /* borrowed */
+} this_thread;
+
+static int seen_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    SeenObject *self = (SeenObject *)op;
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(self->proof.loop);
+    Py_VISIT(self->proof.loop_type);
+    Py_VISIT(self->proof.loop_dict);
+    return 0;
+}
+
+static int seen_clear(PyObject *op)
+{
+    proof_clear(&((SeenObject *)op)->proof);
+    ((SeenObject *)op)->running = false;
+    return 0;
+}
+
+static void seen_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    if (this_thread.seen == (SeenObject *)op)
+        this_thread.seen = NULL;
+    PyObject_GC_UnTrack(op);
+    (void)seen_clear(op);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot seen_slots[] = {
+    {Py_tp_traverse, seen_traverse},
+    {Py_tp_clear, seen_clear},
+    {Py_tp_dealloc, seen_dealloc},
+    {0, NULL},
+};
+
+static PyType_Spec seen_spec = {
+    .name = "aiotb._tokenbucket.Seen",
+    .basicsize = sizeof(SeenObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = seen_slots,
+};
+
+// The thread state ts's SeenObject (borrowed from its state dict), or NULL, with no exception, if it has none yet.
+static inline ALWAYS_INLINE SeenObject *seen_find(tb_state *st, PyThreadState *ts)
+{
+    SeenObject *seen = this_thread.seen;
+    if (seen != NULL && this_thread.ts == ts && this_thread.ts_id == PyThreadState_GetID(ts) &&
+        this_thread.interp_id == PyInterpreterState_GetID(PyThreadState_GetInterpreter(ts)) &&
+        Py_IS_TYPE((PyObject *)seen, st->seen_type))
+        return seen;
+    PyObject *dict = PyThreadState_GetDict();
+    PyObject *found = dict ? PyDict_GetItemWithError(dict, st->str_seen) : NULL;  /* a str key: no error */
+    if (found == NULL || !Py_IS_TYPE(found, st->seen_type))
+        return NULL;
+    this_thread.ts = ts;
+    this_thread.ts_id = PyThreadState_GetID(ts);
+    this_thread.interp_id = PyInterpreterState_GetID(PyThreadState_GetInterpreter(ts));
+    this_thread.seen = (SeenObject *)found;
+    return this_thread.seen;
+}
+
+// This thread's SeenObject (borrowed), made on first use; NULL with an exception.
+COLD static SeenObject *seen_get(tb_state *st)
+{
+    SeenObject *seen = seen_find(st, PyThreadState_Get());
+    if (seen != NULL)
+        return seen;
+    PyObject *dict = PyThreadState_GetDict();
+    if (dict == NULL)
+        return PyErr_SetString(PyExc_RuntimeError, "this thread has no state dict"), NULL;
+    PyObject *made = PyType_GenericAlloc(st->seen_type, 0);
+    int rc = made ? PyDict_SetItem(dict, st->str_seen, made) : -1;  /* the dict owns it from now on */
+    Py_XDECREF(made);
+    return rc < 0 ? NULL : (SeenObject *)made;
 }
 
 /* ---- reading the clock ---- */
@@ -225,14 +314,19 @@ COLD static int may_switch_clock(BucketObject *self)
 // proves it if needed, moves the core onto it if it changed. 0, or -1 with an exception.
 COLD static int bucket_now_slow(BucketObject *self, PyObject *loop, tb_ns *now)
 {
+    tb_state *st = self->state;
     PyObject *domain = NULL;
     int rc = -1;
-    if (loop != Py_None && !(loop == self->proof.loop && proof_holds(self->state, &self->proof, loop))) {
-        int monotonic = prove_clock(self, loop);
+    SeenObject *seen = seen_get(st);
+    if (seen == NULL)
+        goto done;
+    seen->running = false;
+    if (loop != Py_None && !(loop == seen->proof.loop && proof_holds(st, &seen->proof, loop))) {
+        int monotonic = prove_clock(st, &seen->proof, loop);
         if (monotonic < 0)
             goto done;
         if (!monotonic) {  /* a clock of its own: core times are on it */
-            PyObject *seconds = PyObject_CallMethodNoArgs(loop, self->state->str_time);
+            PyObject *seconds = PyObject_CallMethodNoArgs(loop, st->str_time);
             if (seconds == NULL)
                 goto done;
             double value = PyFloat_AsDouble(seconds);
@@ -245,10 +339,8 @@ COLD static int bucket_now_slow(BucketObject *self, PyObject *loop, tb_ns *now)
     if (domain == NULL)  /* outside a loop, asyncio's default clock is CLOCK_MONOTONIC too */
         *now = monotonic_ns();
 #ifdef AIOTB_TRUST_CONTEXT_VERSION
-    PyThreadState *ts = PyThreadState_Get();
-    bool proven = domain == NULL && loop == self->proof.loop;
-    self->seen_thread = proven ? PyThreadState_GetID(ts) : 0;
-    self->seen_context_ver = ts->context_ver;
+    seen->running = domain == NULL && loop == seen->proof.loop;
+    seen->context_ver = PyThreadState_Get()->context_ver;
 #endif
     if (domain != self->domain) {
         if (may_switch_clock(self) < 0)
@@ -267,19 +359,20 @@ done:
 // CLOCK_MONOTONIC.
 static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
 {
+    tb_state *st = self->state;
 #ifdef AIOTB_TRUST_CONTEXT_VERSION
     PyThreadState *ts = PyThreadState_Get();
-    PyObject *proven = self->proof.loop;
-    if (proven != NULL && self->domain == NULL && ts->context_ver == self->seen_context_ver &&
-        PyThreadState_GetID(ts) == self->seen_thread && proof_holds(self->state, &self->proof, proven)) {
+    SeenObject *seen = seen_find(st, ts);
+    if (seen != NULL && seen->running && self->domain == NULL && ts->context_ver == seen->context_ver &&
+        proof_holds(st, &seen->proof, seen->proof.loop)) {
         *now = bucket_read(self, monotonic_ns());
         return 0;
     }
-    PyObject *loop = PyObject_CallNoArgs(self->state->get_running_loop);
+    PyObject *loop = PyObject_CallNoArgs(st->get_running_loop);
 #else
-    PyObject *loop = PyObject_CallNoArgs(self->state->get_running_loop);
-    if (loop != NULL && loop == self->proof.loop && self->domain == NULL &&
-        proof_holds(self->state, &self->proof, loop)) {
+    PyObject *loop = PyObject_CallNoArgs(st->get_running_loop);
+    SeenObject *seen = loop ? seen_find(st, PyThreadState_Get()) : NULL;
+    if (seen != NULL && loop == seen->proof.loop && self->domain == NULL && proof_holds(st, &seen->proof, loop)) {
         Py_DECREF(loop);
         *now = bucket_read(self, monotonic_ns());
         return 0;

@@ -65,6 +65,7 @@ typedef struct {
 
 typedef struct {
     PyTypeObject *bucket_type;
+    PyTypeObject *seen_type;
     PyTypeObject *ready_type;
     PyTypeObject *acquisition_type;
     PyObject *ready;             /* the one done awaitable */
@@ -81,6 +82,7 @@ typedef struct {
     PyObject *str_close;
     PyObject *str_done;
     PyObject *str_drop_closed;
+    PyObject *str_seen;          /* this module's key in each thread's state dict (see clock.h) */
     int type_watcher;            /* 3.12+: id of the watcher that counts class changes, or -1 */
 } tb_state;
 
@@ -92,9 +94,16 @@ typedef struct {
     bool has_last;      /* last_now holds a reading */
     tb_ns last_now;     /* the latest reading of the clock */
     PyObject *domain;   /* the loop whose own clock core times are on; NULL: CLOCK_MONOTONIC */
-    tb_proof proof;     /* the running loop's clock, proven CLOCK_MONOTONIC */
-    uint64_t seen_thread;       /* the thread and context version in which proof.loop was last found */
-    uint64_t seen_context_ver;  /* to be the running loop (3.11-3.13, see clock.h); thread 0: never */
 } BucketObject;
+
+/* What one thread has proven (clock.h): a loop whose clock is CLOCK_MONOTONIC and, on 3.11-3.13, the
+ * context version in which it was that thread's running loop. One per thread, in its thread-state
+ * dict, freed with the thread: no other thread ever reads it. */
+typedef struct {
+    PyObject_HEAD
+    tb_proof proof;
+    uint64_t context_ver;  /* the thread's context version when proof.loop was found running... */
+    bool running;          /* ...if true */
+} SeenObject;
 
 #endif
