@@ -314,15 +314,17 @@ class Bucket:
 
     def first_due_of(self, owner: object, now: int) -> int:
         """The instant owner's first queued waiter can be granted, if nothing ahead of it changes, never
-        earlier: the head's is exact; NEVER if owner has none queued."""
+        earlier: the head's is exact; the head's instant instead should the projection be out of its range
+        (the owner then wakes early and asks again); NEVER if owner has none queued."""
         slot, count, ahead = self._first_of(owner)
         if slot == NIL:
             return NEVER
         self.limits.anchor(now)
-        amount = self._waiter(slot).amount
+        head = self.limits.fit_at(self._waiter(self.head).amount, now)
         if slot == self.head:
-            return self.limits.fit_at(amount, now)
-        return self._projected_behind(slot, count, ahead, amount, now)
+            return head
+        at = self._projected_behind(slot, count, ahead, self._waiter(slot).amount, now)
+        return at if at != NEVER else head  # beyond the projection's range: woken with the head, it looks again
 
     def _grant_head(self, now: int) -> None:
         """Grants the head waiter at now, as of the instant it became ready (within the late credit), and counts it."""

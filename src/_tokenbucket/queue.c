@@ -319,9 +319,11 @@ tb_ns tb_first_due_of(tb_bucket *b, const void *owner, tb_ns now)
     if (slot == TB_NIL)
         return TB_NEVER;
     tb_limits_anchor(&b->limits, now);
+    tb_ns head = tb_limits_fit_at(&b->limits, b->slots[b->head].amount, now);
     if (slot == b->head)
-        return tb_limits_fit_at(&b->limits, b->slots[slot].amount, now);
-    return projected_behind(b, slot, count, ahead, b->slots[slot].amount, now);
+        return head;
+    tb_ns at = projected_behind(b, slot, count, ahead, b->slots[slot].amount, now);
+    return at != TB_NEVER ? at : head;  /* beyond the projection's range: woken with the head, it looks again */
 }
 
 // Grants the head waiter at now, as of the instant it became ready (within the late credit), and counts it.

@@ -109,7 +109,9 @@ tb_ns tb_grant_due(tb_bucket *b, tb_ns now, tb_decide decide, void *ctx);
  * earlier (see tb_limits_projection); TB_NEVER if that is at TB_MAX_SPAN (2^58 ns) or later. */
 tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now);
 /* The instant owner's first queued waiter can be granted, if nothing ahead of it changes, never
- * earlier (see tb_limits_projection): the head's is exact; TB_NEVER if owner has none queued. */
+ * earlier (see tb_limits_projection): the head's is exact; the head's instant instead should the
+ * projection be out of its range (the owner then wakes early and asks again); TB_NEVER if owner has
+ * none queued. */
 tb_ns tb_first_due_of(tb_bucket *b, const void *owner, tb_ns now);
 /* Removes one queued waiter that can no longer be granted as promised, counting it cancelled,
  * and returns its handle, setting *never if its amount is above the capacity (else its projected

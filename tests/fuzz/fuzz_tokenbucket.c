@@ -204,6 +204,13 @@ static void check_refusal(const state *s, double amount, tb_ns t, const char *wh
         FAIL(s, "lost tokens: %s refused %.17g tokens while an exact bucket holds %.17Lg", what, amount, level);
 }
 
+// Who times waiter number n: one of OWNERS owners, as loops and threads share one queue.
+enum { OWNERS = 3 };
+static const void *owner_of(uint64_t number)
+{
+    return (const void *)(uintptr_t)(number % OWNERS + 1);
+}
+
 // The model's next head: the oldest waiter (FIFO) or the smallest amount, oldest among equals.
 static size_t model_head(const state *s)
 {
@@ -398,7 +405,7 @@ static void op_enqueue(state *s, input *in)
         deadline = TB_NEVER;  /* the binding's deadlines are now + a timeout in [0, 2^58) ns */
     tb_id id;
     void *handle = (void *)(uintptr_t)(s->enqueued + 1);
-    tb_status status = tb_enqueue(&s->b, amount, s->now, deadline, handle, NULL, &id);
+    tb_status status = tb_enqueue(&s->b, amount, s->now, deadline, handle, owner_of(s->enqueued + 1), &id);
     rate_snapshot after = snapshot(s);
     if (anchored && !same_rate(&before, &after))
         FAIL(s, "enqueue changed the bucket's rate");
@@ -438,6 +445,25 @@ static void op_withdraw(state *s, input *in)
         tb_id stale = (tb_id)(s->enqueued + 1 + k) << 32 | k;
         if (tb_withdraw(&s->b, stale) != NULL)
             FAIL(s, "withdrew an id that was never queued");
+    } else if (k % 4 == 3) {
+        /* an owner's first waiter, in queue order: its loop closed, its waiters are dropped */
+        const void *owner = owner_of(k / 4);
+        size_t first = s->waiting;
+        for (size_t i = 0; i < s->waiting; i++) {
+            const waiter *w = &s->waiters[i], *f = &s->waiters[first];
+            bool before = first == s->waiting ||
+                          (s->order == TB_SMALLEST_FIRST && w->amount != f->amount ? w->amount < f->amount
+                                                                                   : w->number < f->number);
+            if (owner_of(w->number) == owner && before)
+                first = i;
+        }
+        void *handle = tb_withdraw_first_of(&s->b, owner);
+        if (first == s->waiting ? handle != NULL : handle != (void *)(uintptr_t)s->waiters[first].number)
+            FAIL(s, "withdrew the wrong first waiter of an owner");
+        if (first < s->waiting) {
+            remove_waiter(s, first);
+            s->stats.cancelled++;
+        }
     } else {
         size_t i = k % s->waiting;
         void *handle = tb_withdraw(&s->b, s->waiters[i].id);
@@ -575,6 +601,10 @@ static void op_query(state *s, input *in)
     double tokens = tb_tokens(&s->b, s->now);
     tb_ns projected = tb_projected_grant(&s->b, amount, s->now);
     bool as_new = tb_as_good_as_new(&s->b, s->now);
+    tb_ns head_due = tb_grant_due(&s->b, s->now, stop_at_once, NULL);
+    tb_ns first_due[OWNERS + 1];
+    for (uint64_t o = 1; o <= OWNERS; o++)
+        first_due[o] = tb_first_due_of(&s->b, (const void *)(uintptr_t)o, s->now);
     rate_snapshot after = snapshot(s);
     if (anchored && !same_rate(&before, &after))
         FAIL(s, "a query changed the bucket");
@@ -584,6 +614,22 @@ static void op_query(state *s, input *in)
         FAIL(s, "%.17g tokens, outside [0, burst]", tokens);
     if (projected < s->now)
         FAIL(s, "projection before now");
+    /* Each owner's first waiter: due when the head is if it is the head, never before it, and only
+     * for owners with a waiter in the model's queue. */
+    for (uint64_t o = 1; o <= OWNERS; o++) {
+        bool has = false;
+        for (size_t i = 0; i < s->waiting; i++)
+            has |= owner_of(s->waiters[i].number) == (const void *)(uintptr_t)o;
+        if (has != (first_due[o] != TB_NEVER))
+            FAIL(s, "owner %llu: first due %lld, %s waiters in the model", (unsigned long long)o,
+                 (long long)first_due[o], has ? "with" : "no");
+        if (has && (first_due[o] < head_due || first_due[o] < s->now))
+            FAIL(s, "owner %llu's first waiter is due at %lld, before the head (%lld)", (unsigned long long)o,
+                 (long long)first_due[o], (long long)head_due);
+    }
+    if (s->waiting > 0 && first_due[(uintptr_t)owner_of(s->waiters[model_head(s)].number)] != head_due)
+        FAIL(s, "the head's owner is due at %lld, the head at %lld",
+             (long long)first_due[(uintptr_t)owner_of(s->waiters[model_head(s)].number)], (long long)head_due);
     long double high = level_at(s, &s->high, driver_time(s, s->now));
     if ((long double)tokens > high + tolerance(s))
         FAIL(s, "the core counts %.17g tokens, more than burst + rate*t allows (%.17Lg)", tokens, high);
