@@ -128,8 +128,8 @@ class Dispatcher:
         return True
 
     def resolve(self, batch: list[tuple[asyncio.Future[None], float]]) -> None:
-        """On this loop: resolves waiters another thread granted; a waiter cancelled meanwhile gives
-        its tokens back."""
+        """On this loop: resolves waiters another thread granted (a waiter cancelled meanwhile gives
+        its tokens back), then moves the timer, which was aimed at the first of them, to the next."""
         bucket, given_back = self.owners.bucket, False
         for waiter, amount in batch:
             if waiter.done():
@@ -139,7 +139,7 @@ class Dispatcher:
                 waiter.set_result(None)
         if given_back:
             self.owners.retime(self)
-            self.dispatch()
+        self.dispatch()
 
     def close(self) -> None:
         """Stops the timer."""
