@@ -179,8 +179,9 @@ def test_no_leak(lib, scenario):
     print(f"{engine} {scenario} x{cycles}: {deltas}")  # shown with -s: the figures for the record
     assert deltas["limiter_refs"] == 0 and deltas["ready_refs"] == 0, deltas
     if PYMALLOC:
-        # a leak of one block per cycle would show as 9/10 of the cycles; allow caches to settle
-        assert deltas["blocks"] < 200, deltas
+        # a leak of one block per cycle would show as 9/10 of the cycles; allow caches to settle (the
+        # count varies from run to run with the hash seed: 18 to 267 over 10,000 cycles of waits cancelled)
+        assert deltas["blocks"] < 200 + cycles // 20, deltas
     if not UNDER_ASAN:
         assert deltas["rss"] < MIB, deltas
     if scenario == "dropped_with_waiters":
