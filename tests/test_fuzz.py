@@ -28,6 +28,7 @@ CORE = ROOT / "src" / "_tokenbucket"
 HARNESS = ROOT / "tests" / "fuzz" / "fuzz_tokenbucket.c"
 SOURCES = [CORE / "queue.c", CORE / "limits.c"]
 CORPUS = ROOT / "tests" / "fuzz" / "corpus"
+FOUND = ROOT / "tests" / "fuzz" / "found"  # inputs a run found failing, kept past pytest's temporary folders
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 EXECUTIONS = size(200_000, 10_000_000)
 WORKERS = 2 if LONG else 1
@@ -78,7 +79,12 @@ def test_libfuzzer_run(tmp_path: Path) -> None:
     logs = "".join(path.read_text() for path in sorted(tmp_path.glob("fuzz-*.log")))
     output = run.stderr + logs
     crashes = sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(("crash-", "leak-", "timeout-")))
-    assert run.returncode == 0 and not crashes, f"{crashes}\n{output[-8000:]}"
+    if crashes:  # a long run's finding must outlive the run: keep the inputs, named in the failure
+        FOUND.mkdir(exist_ok=True)
+        for name in crashes:
+            shutil.copyfile(tmp_path / name, FOUND / name)
+    assert run.returncode == 0 and not crashes, (
+        f"{crashes}, kept in {FOUND} (replay: the harness built with -DFUZZ_REPLAY, given the file)\n{output[-8000:]}")
     stats = re.findall(r"stat::number_of_executed_units: (\d+)", logs if WORKERS > 1 else run.stderr)
     assert len(stats) == WORKERS, output[-8000:]
     executed = sum(int(count) for count in stats)
