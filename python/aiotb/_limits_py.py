@@ -96,6 +96,13 @@ def _positive(x: float) -> bool:
     return x > 0 and math.isfinite(x)
 
 
+def _ticks_down(ns: float) -> int:
+    """A span of ns >= 0 in whole ticks, rounded down: what a refund gives back, never more than was paid
+    (a grant paid its need rounded up, and a rate that filled up since kept none of the excess)."""
+    exact = ns * TICKS_PER_NS
+    return int(exact) if exact < 2.0**63 else INT64_MAX
+
+
 def _ticks(ns: float) -> int:
     """A span of ns >= 0 in ticks, rounded up: what a grant of that span needs (INT64_MAX from 2^63 ticks)."""
     exact = ns * TICKS_PER_NS
@@ -410,7 +417,7 @@ class Limits:
         """Gives back amount tokens granted earlier and never used."""
         self.anchor(now)
         for i, r in enumerate(self.rates):
-            self.state[i] -= _ticks(amount * r.ns_per_token)
+            self.state[i] -= _ticks_down(amount * r.ns_per_token)
             if self.state[i] < _full_since(now):
                 self.state[i] = _full_since(now)
         _window_unrecord(self.window, amount)

@@ -30,6 +30,14 @@ static int64_t ticks(double ns)
     return whole + ((double)whole < exact);
 }
 
+// A span of ns >= 0 in whole ticks, rounded down: what a refund gives back, never more than was paid
+// (a grant paid its need rounded up, and a rate that filled up since kept none of the excess).
+static int64_t ticks_down(double ns)
+{
+    double exact = ns * TB_TICKS_PER_NS;
+    return exact < 0x1p63 ? (int64_t)exact : INT64_MAX;
+}
+
 // The instant now in ticks.
 static int64_t at_tick(tb_ns now) { return now * TB_TICKS_PER_NS; }
 
@@ -368,7 +376,7 @@ void tb_limits_refund(tb_limits *l, double amount, tb_ns now)
 {
     tb_limits_anchor(l, now);
     for (uint32_t i = 0; i < l->nrates; i++) {
-        l->state[i] -= ticks(amount * l->rates[i].ns_per_token);
+        l->state[i] -= ticks_down(amount * l->rates[i].ns_per_token);
         if (l->state[i] < full_since(now))
             l->state[i] = full_since(now);
     }

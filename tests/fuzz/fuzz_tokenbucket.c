@@ -145,6 +145,12 @@ static long double in_ticks(const state *s, double span_ns)
     return (long double)ceil(span_ns * TB_TICKS_PER_NS) / TB_TICKS_PER_NS / (long double)s->ns_per_token;
 }
 
+// Tokens the core's rate gives back for a span of span_ns: the span rounded down to a tick, as a refund does.
+static long double in_whole_ticks(const state *s, double span_ns)
+{
+    return (long double)floor(span_ns * TB_TICKS_PER_NS) / TB_TICKS_PER_NS / (long double)s->ns_per_token;
+}
+
 // The reference's level at driver time t >= r->at, without moving it.
 static long double level_at(const state *s, const reference *r, tb_ns t)
 {
@@ -519,7 +525,7 @@ static void op_refund(state *s, input *in)
     refill_to(s, &s->high, t);
     refill_to(s, &s->exact, t);
     s->high.level = fminl(s->high.level + amount, s->high.capacity);
-    s->exact.level = fminl(s->exact.level + in_ticks(s, amount * s->ns_per_token), s->exact.capacity);
+    s->exact.level = fminl(s->exact.level + in_whole_ticks(s, amount * s->ns_per_token), s->exact.capacity);
     s->granted_total -= amount;
     s->stats.granted--;
     s->stats.granted_tokens -= amount;
