@@ -148,3 +148,92 @@ def test_waiters_granted_in_one_pass_resume_in_grant_order(lib, amount):
         return resumed
 
     assert run_virtually(main()) == [0, 1]
+
+
+class CountingPasses:
+    """A limiter class on lib that counts its grant passes."""
+
+    @staticmethod
+    def of(base: Any) -> Any:
+        class Counted(base):  # type: ignore[misc, valid-type]
+            passes = 0
+
+            def _grant_due(self, at: float | None, owner: object) -> Any:
+                type(self).passes += 1
+                return super()._grant_due(at, owner)
+
+        return Counted
+
+
+def test_queueing_behind_a_waiter_not_yet_due_runs_no_grant_pass(lib):
+    Counted = CountingPasses.of(lib.Limiter)
+    loop = CountingLoop()
+
+    async def main() -> list[float]:
+        limiter = Counted(100, 1, burst=1)
+        times: list[float] = []
+
+        async def one() -> None:
+            async with limiter:
+                times.append(loop.time())
+
+        await asyncio.gather(*(one() for _ in range(200)))
+        return times
+
+    try:
+        times = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert times == pytest.approx([k / 100 for k in range(200)], abs=1e-9)
+    assert Counted.passes == 1 + 199  # the first waiter's, then one per timer: none per newcomer behind
+
+
+def test_a_newcomer_grants_the_waiters_due_when_the_timer_is_overdue(lib):
+    loop = VirtualClockLoop()
+    passes: list[tuple[float, float | None, int]] = []  # (loop time, the timer's instant, grants)
+
+    class Logged(lib.Limiter):  # type: ignore[misc, name-defined]
+        def _grant_due(self, at: float | None, owner: object) -> Any:
+            result = super()._grant_due(at, owner)
+            passes.append((loop.time(), at, len(result[0])))
+            return result
+
+    async def main() -> None:
+        limiter = Logged(100, 1, burst=1)
+        await limiter.acquire()
+        first = asyncio.ensure_future(limiter.acquire())
+        await asyncio.sleep(0)  # queued, its timer at 0.01
+        loop._now += 0.05  # the loop was busy past the timer
+        second = asyncio.ensure_future(limiter.acquire())
+        await asyncio.gather(first, second)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    # the newcomer's own pass (no timer instant) grants the overdue waiter, before the timer runs
+    assert (0.05, None, 1) in [(round(now, 9), at, n) for now, at, n in passes]
+
+
+def test_a_smaller_newcomer_of_asynclimiter_is_timed_ahead_of_the_waiters(lib):
+    loop = VirtualClockLoop()
+
+    async def main() -> list[str]:
+        limiter = lib.AsyncLimiter(10, 1)
+        await limiter.acquire(10)
+        order: list[str] = []
+
+        async def take(name: str, amount: float) -> None:
+            await limiter.acquire(amount)
+            order.append(f"{name}@{loop.time():.2f}")
+
+        big = asyncio.ensure_future(take("big", 8))
+        await asyncio.sleep(0)
+        small = asyncio.ensure_future(take("small", 1))
+        await asyncio.gather(big, small)
+        return order
+
+    try:
+        assert loop.run_until_complete(main()) == ["small@0.10", "big@0.90"]
+    finally:
+        loop.close()

@@ -44,7 +44,11 @@ class Dispatcher:
         granted: asyncio.Future[None] = loop.create_future()
         ident = bucket._enqueue(amount, timeout, granted, self)
         try:
-            first = self.dispatch()
+            at = self._timer_at
+            if at is None or not owners.queued_last or at <= loop.time():
+                first = self.dispatch()
+            else:  # queued last, behind a waiter of this loop not due yet: its timer stands
+                first = None
             if granted.done() and first is not granted:
                 # granted in this same pass behind others (the loop ran late): their tasks, woken
                 # first, resume first, as their grants came first

@@ -128,7 +128,7 @@ class Limiter(Bucket):
         self._rates = rates
         self._window = window_ns is not None
         self._fair = fair
-        self._owners = Owners(self, self._warn_on_reuse)
+        self._owners = Owners(self, self._warn_on_reuse, queued_last=not smallest_first)
 
     @property
     def rates(self) -> tuple[tuple[float, float, float], ...]:

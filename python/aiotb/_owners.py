@@ -75,10 +75,11 @@ class ThreadWaiter:
 class Owners:
     """The dispatchers and blocked threads of one limiter (``bucket``)."""
 
-    __slots__ = ("_bucket", "dispatchers", "sleepers", "last", "warn_on_reuse")
+    __slots__ = ("_bucket", "dispatchers", "sleepers", "last", "warn_on_reuse", "queued_last")
 
-    def __init__(self, bucket: Bucket, warn_on_reuse: bool) -> None:
+    def __init__(self, bucket: Bucket, warn_on_reuse: bool, queued_last: bool) -> None:
         self._bucket: weakref.ref[Bucket] = weakref.ref(bucket)  # weak: no cycle keeps a limiter alive
+        self.queued_last: bool = queued_last  # a new waiter is queued behind every other (arrival order)
         self.dispatchers: dict[asyncio.AbstractEventLoop, Dispatcher] = {}
         self.sleepers: set[ThreadWaiter] = set()  # threads blocked in acquire_blocking
         self.last: Dispatcher | None = None  # the dispatcher used last: the one of the only loop, mostly
