@@ -252,6 +252,94 @@ def test_waiters_of_a_loop_closed_meanwhile_are_dropped_and_the_others_go_on(lib
     assert stats.granted == 1 and stats.cancelled == 1  # the closed loop's grant came back
 
 
+class CrossThreadCountingLoop(asyncio.SelectorEventLoop):
+    """Counts the callbacks other threads schedule on it: each is a wake-up across threads."""
+
+    woken_from_elsewhere = 0
+
+    def call_soon_threadsafe(self, callback: Any, *args: Any, context: Any = None) -> asyncio.Handle:
+        self.woken_from_elsewhere += 1
+        return super().call_soon_threadsafe(callback, *args, context=context)
+
+
+def queued_on_a_paused_loop(limiter: Any, loop: asyncio.AbstractEventLoop) -> asyncio.Task[None]:
+    """A task of loop queued on limiter, its timer armed; loop then stops running, as if its thread
+    were busy elsewhere."""
+    task = loop.create_task(limiter.acquire())
+    loop.run_until_complete(asyncio.sleep(0))
+    assert limiter.waiting == 1 and not task.done()
+    return task
+
+
+@pytest.mark.parametrize("timer", ["due", "not due"])
+def test_a_grant_made_elsewhere_wakes_its_loop_only_if_its_timer_is_not_due(lib, timer):
+    """A blocked thread's pass grants a paused loop's waiter. If that loop's timer is due already,
+    the timer's pass resolves it and nothing crosses threads; if not (here the rate went up, and
+    the re-timing wake-up is pending), the loop is woken, once for both."""
+    limiter = lib.Limiter(20, 1, burst=1, initial=0)  # a token every 50 ms
+    loop = CrossThreadCountingLoop()
+    try:
+        task = queued_on_a_paused_loop(limiter, loop)
+        if timer == "due":
+            time.sleep(0.1)
+        else:
+            limiter.set_rate(1000)  # due at once: the loop is woken to re-time
+            assert loop.woken_from_elsewhere == 1
+        limiter.acquire_blocking()  # its pass grants the task's waiter first
+        assert limiter.waiting == 0 and not task.done()
+        assert loop.woken_from_elsewhere == (0 if timer == "due" else 1)
+        loop.run_until_complete(asyncio.wait_for(task, JOIN))
+    finally:
+        loop.close()
+    stats = limiter.stats()
+    assert stats.granted == 2 and stats.cancelled == 0
+
+
+@pytest.mark.parametrize("kind", ["asyncio", "uvloop"])
+def test_grants_posted_to_a_loop_that_closed_come_back(lib, kind):
+    limiter = lib.Limiter(20, 1, burst=1, initial=0)
+    dead = _new_loop(kind)
+    queued_on_a_paused_loop(limiter, dead)
+    time.sleep(0.1)  # its timer is due: the grant below is posted without waking it
+    limiter.acquire_blocking()
+    assert limiter.waiting == 0 and limiter.stats().granted == 2
+    dead.close()  # the posted grant is never resolved
+
+    async def newcomer() -> None:
+        await limiter.acquire()  # a new loop joins: the closed one is dropped
+
+    asyncio.run(newcomer())
+    stats = limiter.stats()
+    assert stats.granted == 2 and stats.cancelled == 1  # the closed loop's grant came back
+
+
+def test_a_grant_posted_during_the_loops_own_pass_is_resolved_by_it(lib):
+    """Another owner's pass posts a grant to a loop while that loop is in its own pass, its timer
+    due: the loop resolves it before it arms its timer again, instead of leaving it to a later one."""
+    limiter_class = lib.Limiter
+    interleaved: list[bool] = []
+
+    class Interleaved(limiter_class):  # type: ignore[misc, valid-type]
+        def _grant_due(self, at: float | None, owner: object) -> Any:
+            if not interleaved and self.waiting == 2:  # the newcomer's pass: another owner's runs first
+                interleaved.append(True)
+                self._owners._grant_due_from(object())
+            return super()._grant_due(at, owner)
+
+    limiter = Interleaved(20, 1, burst=1, initial=0)
+    loop = asyncio.new_event_loop()
+    try:
+        first = queued_on_a_paused_loop(limiter, loop)
+        time.sleep(0.1)  # the first waiter's timer is due; the newcomer's pass runs before it fires
+        second = loop.create_task(limiter.acquire())
+        loop.run_until_complete(asyncio.sleep(0))
+        assert interleaved and first.done() and not second.done()
+        loop.run_until_complete(asyncio.wait_for(second, JOIN))
+    finally:
+        loop.close()
+    assert limiter.stats().granted == 2
+
+
 def test_keyboard_interrupt_in_a_blocked_thread_leaves_the_queue(lib):
     limiter = lib.Limiter(1, 3600, burst=1, initial=0)
     main = threading.main_thread().ident

@@ -6,12 +6,15 @@ C core or its twin) decides, in one call, who is granted and when this loop's fi
 (``_grant_due``); the dispatcher resolves those and keeps a single timer on that instant. Every
 loop times its own first waiter, so a loop that stalls or closes holds up no other: whichever
 owner's timer fires grants everyone due, and a grant that belongs to another loop or to a blocked
-thread is handed over to it (``Owners.deliver``), the only wake-up that crosses threads besides
-re-timing. Every store shares it: only the engine behind ``_grant_due`` changes."""
+thread is handed over to it (``Owners.deliver``). Another loop's grants are posted to its dispatcher,
+whose next pass resolves them; its loop is woken across threads only if its timer, which is aimed
+at its first waiter, is not due already, and once for any number of posts and re-timings. Every
+store shares it: only the engine behind ``_grant_due`` changes."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from asyncio import events
 from typing import TYPE_CHECKING, Any
@@ -26,14 +29,16 @@ REARM_AFTER_EARLY_WAKE = 0.001  # s: uvloop rounds timer delays to whole ms, so 
 class Dispatcher:
     """The waiters of one limiter on ``loop``, and the timer that wakes the first of them."""
 
-    __slots__ = ("owners", "loop", "_timer", "_timer_at", "_wake_pending")
+    __slots__ = ("owners", "loop", "_timer", "_timer_at", "_wake_pending", "_posted", "_posted_lock")
 
     def __init__(self, owners: Owners, loop: asyncio.AbstractEventLoop) -> None:
         self.owners: Owners = owners
         self.loop: asyncio.AbstractEventLoop = loop
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
+        self._timer_at: float | None = None  # set with _posted_lock held: post() reads it
         self._wake_pending = False  # a re-dispatch is scheduled on the loop from another thread
+        self._posted: list[tuple[asyncio.Future[None], float]] = []  # grants made elsewhere, to resolve here
+        self._posted_lock = threading.Lock()
 
     async def wait(self, amount: float, timeout: float | None) -> None:
         """Queues a request for amount tokens and returns once it is granted. TimeoutError at once,
@@ -66,14 +71,18 @@ class Dispatcher:
             raise
 
     def dispatch(self, woke_for: float | None = None) -> asyncio.Future[None] | None:
-        """Grants every waiter whose turn has come, then keeps the one timer on this loop's first
-        waiter. Returns the first waiter of this loop it granted, if any."""
+        """Resolves the grants posted here, grants every waiter whose turn has come, then keeps the
+        one timer on this loop's first waiter. Returns the first waiter of this loop it resolved."""
         loop = self.loop
         # asyncio runs a timer due within its clock's resolution as due now: so does the limiter
         due = woke_for if woke_for is not None and woke_for - loop.time() <= CLOCK_RESOLUTION else None
         owners, first = self.owners, None
         bucket = owners.bucket
         while True:
+            if self._posted:
+                resolved = self._resolve_posted()
+                if first is None:
+                    first = resolved
             granted, amounts, at = bucket._grant_due(due, self)
             given_back = False
             elsewhere: list[tuple[Any, float]] | None = None
@@ -91,10 +100,46 @@ class Dispatcher:
                         first = waiter
             if elsewhere is not None and owners.deliver(elsewhere):
                 given_back = True
-            if not given_back:
-                break
-            owners.retime(self)
-        self._arm(at, woke_for)
+            if given_back:
+                owners.retime(self)
+                continue
+            with self._posted_lock:
+                if not self._posted:  # else posted during this pass, by a thread that saw the old timer
+                    self._arm(at, woke_for)
+                    return first
+
+    def post(self, batch: list[tuple[asyncio.Future[None], float]]) -> bool:
+        """From another thread: grants it made of this loop's waiters, for this loop's next pass to
+        resolve. Wakes the loop for it unless its timer is due already. False if the loop is closed
+        (the grants stay posted until ``take_posted``)."""
+        loop = self.loop
+        with self._posted_lock:
+            self._posted.extend(batch)
+            at = self._timer_at
+            if at is not None and at <= time.monotonic() and not loop.is_closed():
+                return True  # the timer fires at once, or is firing: its pass resolves them
+        return self.wake()
+
+    def take_posted(self) -> list[tuple[asyncio.Future[None], float]]:
+        """The grants posted here and not resolved yet; none are left."""
+        with self._posted_lock:
+            posted, self._posted = self._posted, []
+        return posted
+
+    def _resolve_posted(self) -> asyncio.Future[None] | None:
+        """On this loop: resolves the grants posted here (a waiter cancelled meanwhile gives its
+        tokens back) and returns the first it resolved."""
+        bucket, first, given_back = self.owners.bucket, None, False
+        for waiter, amount in self.take_posted():
+            if waiter.done():
+                bucket._refund(amount)
+                given_back = True
+            else:
+                waiter.set_result(None)
+                if first is None:
+                    first = waiter
+        if given_back:
+            self.owners.retime(self)
         return first
 
     def _arm(self, at: float | None, woke_for: float | None) -> None:
@@ -130,20 +175,6 @@ class Dispatcher:
             self._wake_pending = False
             return False
         return True
-
-    def resolve(self, batch: list[tuple[asyncio.Future[None], float]]) -> None:
-        """On this loop: resolves waiters another thread granted (a waiter cancelled meanwhile gives
-        its tokens back), then moves the timer, which was aimed at the first of them, to the next."""
-        bucket, given_back = self.owners.bucket, False
-        for waiter, amount in batch:
-            if waiter.done():
-                bucket._refund(amount)
-                given_back = True
-            else:
-                waiter.set_result(None)
-        if given_back:
-            self.owners.retime(self)
-        self.dispatch()
 
     def close(self) -> None:
         """Stops the timer."""

@@ -4,8 +4,8 @@ One queue (the engine's) serves them all, in one order; each waiter is queued wi
 one who times and wakes it. Every owner sleeps until its own first waiter is due: a dispatcher on
 its loop's timer, a blocked thread on a lock with a deadline, so no one polls and no one waits for
 another owner to be on time. Whoever wakes grants everyone due, and hands each grant to its owner:
-its own waiters at once, another loop's by one ``call_soon_threadsafe`` per loop and pass, a blocked
-thread's by releasing its lock. When a waiter leaves the queue or tokens come back, the waiters
+its own waiters at once, another loop's by posting them to its dispatcher (which wakes that loop
+unless its timer is due already), a blocked thread's by releasing its lock. When a waiter leaves the queue or tokens come back, the waiters
 behind it may be due sooner: every other owner is woken to re-time (``retime``)."""
 
 from __future__ import annotations
@@ -123,8 +123,11 @@ class Owners:
             del self.dispatchers[dispatcher.loop]
         if self.last is dispatcher:
             self.last = None
-        dropped = False
-        while self.bucket._withdraw_first_of(dispatcher) is not None:
+        bucket, dropped = self.bucket, False
+        while bucket._withdraw_first_of(dispatcher) is not None:
+            dropped = True
+        for _, amount in dispatcher.take_posted():  # granted, never to be resolved
+            bucket._refund(amount)
             dropped = True
         if dropped:
             self.retime(dispatcher)
@@ -132,8 +135,8 @@ class Owners:
     # ---- hand-overs ----
 
     def deliver(self, granted: list[tuple[Any, float]]) -> bool:
-        """Hands grants to their owners: a blocked thread at once, another loop's waiters in one call
-        per loop. Returns whether tokens came back (a waiter gave up, a loop closed)."""
+        """Hands grants to their owners: a blocked thread at once, another loop's waiters posted to
+        its dispatcher. Returns whether tokens came back (a waiter gave up, a loop closed)."""
         bucket, given_back = self.bucket, False
         batches: dict[asyncio.AbstractEventLoop, list[tuple[Any, float]]] = {}
         for waiter, amount in granted:
@@ -148,16 +151,13 @@ class Owners:
                 batches.setdefault(home, []).append((waiter, amount))
         for home, batch in batches.items():
             dispatcher = self.dispatchers.get(home)
-            try:
-                if dispatcher is None:
-                    raise RuntimeError("no dispatcher")  # dropped: its loop closed
-                home.call_soon_threadsafe(dispatcher.resolve, batch)
-            except RuntimeError:  # the loop is closed: these grants can never be used
+            if dispatcher is None:  # dropped: its loop closed, these grants can never be used
                 for _, amount in batch:
                     bucket._refund(amount)
                 given_back = True
-                if dispatcher is not None:
-                    self.drop(dispatcher)
+            elif not dispatcher.post(batch):  # its loop closed: dropping it gives them back
+                self.drop(dispatcher)
+                given_back = True
         return given_back
 
     def retime(self, source: object) -> None:
