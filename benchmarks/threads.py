@@ -4,7 +4,10 @@ Side by side in one run, on both loops (stock asyncio and uvloop):
   * one loop in one thread, 10,000 waiters at 2,500/s (burst 25): the single-loop figures;
   * K = 2, 4 and 8 loops in K threads, 10,000 waiters in all, the same limiter;
   * 8 threads blocked in acquire_blocking, 2,000 acquires in all at 1,000/s (burst 10);
-  * 4 loops and 4 blocking threads, 30 % of the requests cancelled or timed out at random.
+  * 4 loops and 4 blocking threads, 30 % of the requests cancelled or timed out at random;
+  * for reference, 1 and 8 loops whose tasks arrive interleaved over time (5,000/s in all, task i of
+    loop k at (i*K + k) / 5,000 s), beside a no-limiter floor: the same tasks sleeping until their
+    ideal grant instants, each woken by its own loop.
 Each run is a fresh child process, repeated; medians are reported. A waiter's grant time is
 time.monotonic() when it resumes (the merged log of all loops and threads); the bound, the rate
 and the lateness are computed from that log as in the contended scenario (scenarios._grant_stats),
@@ -104,16 +107,26 @@ def in_threads(jobs: list[Callable[[threading.Barrier, threading.Event], None]])
 
 
 def loop_job(kind: str, limiter: Any, count: int, grants: array, offset: int,
-             cancel: Callable[[int], float | None] | None = None) -> Callable[[threading.Barrier, threading.Event], None]:
+             cancel: Callable[[int], float | None] | None = None,
+             arrive: Callable[[int], float] | None = None,
+             floor: Callable[[int], float] | None = None) -> Callable[[threading.Barrier, threading.Event], None]:
     """count tasks on a fresh loop of kind, parked until the release; each writes its grant time
     into grants[offset + i]. cancel(i), if given, says after how many seconds task i gives up
-    (by cancellation for even i, by timeout= for odd i), None to wait."""
+    (by cancellation for even i, by timeout= for odd i), None to wait. arrive(i): task i comes that
+    many seconds after the release (default: at once). floor(i): no limiter, task i sleeps until
+    that many seconds after the release instead."""
     def job(ready: threading.Barrier, release: threading.Event) -> None:
         loop = new_loop(kind)
         clock = time.monotonic
 
         async def waiter(i: int, go: asyncio.Event) -> None:
             await go.wait()
+            if arrive is not None:
+                await asyncio.sleep(max(0.0, released[0] + arrive(i) - clock()))
+            if floor is not None:
+                await asyncio.sleep(max(0.0, released[0] + floor(i) - clock()))
+                grants[offset + i] = clock()
+                return
             after = cancel(i) if cancel else None
             try:
                 if after is None:
@@ -126,11 +139,14 @@ def loop_job(kind: str, limiter: Any, count: int, grants: array, offset: int,
                 return
             grants[offset + i] = clock()
 
+        released: list[float] = []
+
         async def main() -> None:
             go = asyncio.Event()
             tasks = [asyncio.ensure_future(waiter(i, go)) for i in range(count)]
             await asyncio.sleep(0)
             await loop.run_in_executor(None, lambda: (ready.wait(), release.wait()))
+            released.append(clock())
             go.set()
             await asyncio.gather(*tasks)
 
@@ -174,9 +190,15 @@ def case(spec: dict[str, Any]) -> dict[str, Any]:
     leave_share = spec.get("leave_share", 0.0)
     leave = [rng.random() * 0.5 if rng.random() < leave_share else None for _ in range(per * owners)]
     jobs: list[Callable[[threading.Barrier, threading.Event], None]] = []
+    arrival_rate, floor = spec.get("arrival_rate"), spec.get("floor", False)
     for k in range(loops):
+        # the global arrival order of task i of loop k, when arrivals interleave
+        order: Callable[[int], int] = lambda i, k=k: i * loops + k  # noqa: E731
         jobs.append(loop_job(spec["kind"], limiter, per, grants, k * per,
-                             (lambda i, base=k * per: leave[base + i]) if leave_share else None))
+                             (lambda i, base=k * per: leave[base + i]) if leave_share else None,
+                             (lambda i, o=order: o(i) / arrival_rate) if arrival_rate else None,
+                             (lambda i, o=order: max(o(i) / arrival_rate, (o(i) + 1 - burst) / rate))
+                             if floor else None))
     for t in range(threads):
         base = (loops + t) * per
         jobs.append(thread_job(limiter, per, grants, base,
@@ -236,17 +258,20 @@ def measure(specs: list[dict[str, Any]], repetitions: int) -> list[dict[str, Any
         for r in range(repetitions):
             runs.append(child({**spec, "logged": False, "seed": r}))
             print(f"  {spec['label']} {spec['kind']} run {r + 1}/{repetitions}", file=sys.stderr)
-        fifo = child({**spec, "logged": True, "seed": 99})
+        fifo = {} if spec.get("floor") else child({**spec, "logged": True, "seed": 99})
         rows.append({"spec": spec, "runs": runs, "fifo": fifo})
     return rows
 
 
-def summarize(row: dict[str, Any], single_cpu: float | None) -> dict[str, Any]:
+def summarize(row: dict[str, Any], single_cpu: float | None, floor_cpu: float | None = None) -> dict[str, Any]:
     runs = row["runs"]
     cpu = median_of(runs, "cpu_us_per_grant")
+    spec = row["spec"]
     return {
-        "case": row["spec"]["label"],
-        "table": "loops" if row["spec"]["threads"] == 0 else "threads",
+        "case": spec["label"],
+        "table": "arrivals" if spec.get("arrival_rate") else "loops" if spec["threads"] == 0 else "threads",
+        "floor": bool(spec.get("floor")),
+        "floor_ratio": cpu / floor_cpu if cpu and floor_cpu else None,
         "k_loops": row["spec"]["loops"] if row["spec"]["threads"] == 0 else 0,
         "mixed": bool(row["spec"].get("leave_share")),
         "loop": row["spec"]["kind"],
@@ -302,6 +327,29 @@ def report(rows: list[dict[str, Any]], env: str) -> str:
                          f"{fmt(s['p99_steady_ms'])} | {'yes' if s['fifo'] else 'NO'} ({s['fifo_checked']}) | "
                          f"{s['lost']} | {verdict(all(checks))} |")
         lines.append("")
+    lines += ["## For reference: tasks arriving interleaved over time, beside a no-limiter floor", "",
+              "10,000 tasks at 2,500/s (burst 25), arriving at 5,000/s in all, task i of loop k at (i·K + k) / "
+              "5,000 s after the release. The floor has no limiter: each task sleeps until its ideal grant instant "
+              "(the same schedule), woken by its own loop; only its CPU is shown. × 1 loop: against the 1-loop case of this table; "
+              "× floor: against the floor with as many loops.", "",
+              "| case | loop | rate error % | most in a window (bound) | over | CPU µs/grant | × 1 loop | × floor | "
+              "steady p99 ms | FIFO |",
+              "|:--|:--|--:|--:|--:|--:|--:|--:|--:|:--|"]
+    for s in rows:
+        if s["table"] != "arrivals":
+            continue
+        engine_only = ["–"] * 3 if s["floor"] else [
+            f"{s['max_in_window']}", f"{s['over_bound']}",
+            f"{'yes' if s['fifo'] else 'NO'} ({s['fifo_checked']})"]
+        # the floor's rate and lateness say nothing of a limiter: its tasks keep a fixed schedule
+        rate_error = None if s["floor"] else s["rate_error_pct"]
+        p99 = None if s["floor"] else s["p99_steady_ms"]
+        lines.append(f"| {s['case']} | {s['loop']} | {fmt(rate_error, '+.3f')} | "
+                     f"{engine_only[0]} ({fmt(s['window_bound'], '.0f')}) | {engine_only[1]} | "
+                     f"{fmt(s['cpu_us'], '.1f')} | {fmt(s['cpu_ratio'])} | "
+                     f"{'–' if s['floor'] else fmt(s['floor_ratio'])} | {fmt(p99)} | "
+                     f"{engine_only[2]} |")
+    lines.append("")
     lines += ["Targets: 0 windows over the bound (burst + rate·1 s) in the merged log of the engine's grant "
               "instants (read as each pass returns; the first burst, taken at once, at its resume times); FIFO in "
               "the engine's own "
@@ -333,10 +381,28 @@ def main() -> None:
                       "n": n // 2, "rate": 2500.0, "burst": 25.0, "leave_share": 0.3})
     specs.append({"label": "8 threads, 2,000 at 1,000/s", "kind": "threads", "loops": 0, "threads": 8,
                   "n": 2_000, "rate": 1000.0, "burst": 10.0})
+    for kind in ("asyncio", "uvloop"):
+        for floor in (False, True):
+            for k in (1, 8):
+                label = ("1 loop" if k == 1 else f"{k} loops") + (", no limiter" if floor else "")
+                specs.append({"label": label, "kind": kind, "loops": k, "threads": 0, "n": n, "rate": 2500.0,
+                              "burst": 25.0, "arrival_rate": 5000.0, "floor": floor})
     rows = measure(specs, reps)
-    single = {r["spec"]["kind"]: median_of(r["runs"], "cpu_us_per_grant") for r in rows if r["spec"]["loops"] == 1
-              and r["spec"]["threads"] == 0}
-    summaries = [summarize(r, single.get(r["spec"]["kind"])) for r in rows]
+
+    def cpu_of(kind: str, loops: int, arrivals: bool, floor: bool) -> float | None:
+        for r in rows:
+            spec = r["spec"]
+            if (spec["kind"], spec["loops"], spec["threads"], bool(spec.get("arrival_rate")),
+                    bool(spec.get("floor"))) == (kind, loops, 0, arrivals, floor):
+                return median_of(r["runs"], "cpu_us_per_grant")
+        return None
+
+    summaries = []
+    for r in rows:
+        spec = r["spec"]
+        arrivals, floor = bool(spec.get("arrival_rate")), bool(spec.get("floor"))
+        summaries.append(summarize(r, cpu_of(spec["kind"], 1, arrivals, floor),
+                                   None if floor else cpu_of(spec["kind"], spec["loops"], arrivals, True)))
     import aiotb
     env = (f"Python {sys.version.split()[0]}, aiotb engine {aiotb.IMPLEMENTATION}, {os.cpu_count()} CPUs, "
            f"{reps} repetition(s) per case")
