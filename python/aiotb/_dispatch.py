@@ -65,7 +65,7 @@ class Dispatcher:
                 owners.retime(self)
             elif bucket._withdraw(ident):
                 owners.retime(self)
-            # else granted by another loop's pass, on its way here: its delivery gives the tokens back
+            # else granted by another owner's pass and posted here: the pass below gives the tokens back
             if not loop.is_closed():
                 self.dispatch()  # the next waiter may go now, or later than the timer says
             raise
