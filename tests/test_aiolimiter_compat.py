@@ -533,15 +533,18 @@ async def test_patched_clock_after_use_on_the_real_clock_and_back(lib):
     the limiter's state carries over at the switch, and the real clock rules again after it."""
     limiter = lib.AsyncLimiter(50, 1)  # a token every 20 ms
     with no_loop_errors():
+        emptied = time.monotonic()
         await limiter.acquire(50)
         assert not limiter.has_capacity()
         with HandClock() as clock:  # far behind the real clock: time must not jump with it
-            assert not limiter.has_capacity()
+            assert not limiter.has_capacity()  # the switch: what the real clock refilled till then carries over
+            carried = time.monotonic() - emptied  # at most this much (a loaded machine: a millisecond or more)
             waiter = asyncio.ensure_future(limiter.acquire())
             assert await settle([waiter]) == 0
-            clock.now = 0.0199
-            assert await settle([waiter]) == 0
-            assert not limiter.has_capacity()
+            if carried < 0.019:
+                clock.now = 0.0199 - carried
+                assert await settle([waiter]) == 0
+                assert not limiter.has_capacity()
             clock.now = 0.02
             assert await settle([waiter]) == 1
             clock.now = 0.04
@@ -551,7 +554,7 @@ async def test_patched_clock_after_use_on_the_real_clock_and_back(lib):
         assert not limiter.has_capacity()
         await limiter.acquire()
         elapsed = time.monotonic() - start
-        assert 0.02 - TOLERANCE <= elapsed < 2.0
+        assert 0.02 - carried - TOLERANCE <= elapsed < 2.0  # less what carried over at the first switch
 
 
 @pytest.mark.asyncio
