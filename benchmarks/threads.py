@@ -6,7 +6,7 @@ Side by side in one run, on both loops (stock asyncio and uvloop):
   * 8 threads blocked in acquire_blocking, 2,000 acquires in all at 1,000/s (burst 10);
   * 4 loops and 4 blocking threads, 30 % of the requests cancelled or timed out at random;
   * for reference, 1 and 8 loops whose tasks arrive interleaved over time (5,000/s in all, task i of
-    loop k at (i*K + k) / 5,000 s), beside a no-limiter floor: the same tasks sleeping until their
+    loop k at (i*K + k) / 5,000 s, from 0.25 s after the release, once every task has started), beside a no-limiter floor: the same tasks sleeping until their
     ideal grant instants, each woken by its own loop.
 Each run is a fresh child process, repeated; medians are reported. A waiter's grant time is
 time.monotonic() when it resumes (the merged log of all loops and threads); the bound, the rate
@@ -34,6 +34,7 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+ARRIVALS_AFTER = 0.25  # s after the release: every task of every loop has started before the first arrives
 TARGET_CPU_RATIO = 1.5  # K loops: CPU per grant at most this times the single-loop figure
 TARGET_RATE_ERROR_PCT = 0.1
 TARGET_P99_MS = 2.0
@@ -98,6 +99,7 @@ def in_threads(jobs: list[Callable[[threading.Barrier, threading.Event], None]])
     except threading.BrokenBarrierError:
         pass
     released = time.monotonic()
+    release.at = released  # type: ignore[attr-defined]  # the common origin of arrival times
     release.set()
     for thread in threads:
         thread.join()
@@ -113,8 +115,8 @@ def loop_job(kind: str, limiter: Any, count: int, grants: array, offset: int,
     """count tasks on a fresh loop of kind, parked until the release; each writes its grant time
     into grants[offset + i]. cancel(i), if given, says after how many seconds task i gives up
     (by cancellation for even i, by timeout= for odd i), None to wait. arrive(i): task i comes that
-    many seconds after the release (default: at once). floor(i): no limiter, task i sleeps until
-    that many seconds after the release instead."""
+    many seconds after the release and ARRIVALS_AFTER (default: at once, after the release). floor(i): no
+    limiter, task i sleeps until that many seconds after the same origin instead."""
     def job(ready: threading.Barrier, release: threading.Event) -> None:
         loop = new_loop(kind)
         clock = time.monotonic
@@ -122,9 +124,9 @@ def loop_job(kind: str, limiter: Any, count: int, grants: array, offset: int,
         async def waiter(i: int, go: asyncio.Event) -> None:
             await go.wait()
             if arrive is not None:
-                await asyncio.sleep(max(0.0, released[0] + arrive(i) - clock()))
+                await asyncio.sleep(max(0.0, origin[0] + arrive(i) - clock()))
             if floor is not None:
-                await asyncio.sleep(max(0.0, released[0] + floor(i) - clock()))
+                await asyncio.sleep(max(0.0, origin[0] + floor(i) - clock()))
                 grants[offset + i] = clock()
                 return
             after = cancel(i) if cancel else None
@@ -139,14 +141,14 @@ def loop_job(kind: str, limiter: Any, count: int, grants: array, offset: int,
                 return
             grants[offset + i] = clock()
 
-        released: list[float] = []
+        origin: list[float] = []  # arrivals count from here: the release, plus time for every task to start
 
         async def main() -> None:
             go = asyncio.Event()
             tasks = [asyncio.ensure_future(waiter(i, go)) for i in range(count)]
             await asyncio.sleep(0)
             await loop.run_in_executor(None, lambda: (ready.wait(), release.wait()))
-            released.append(clock())
+            origin.append(release.at + ARRIVALS_AFTER)  # type: ignore[attr-defined]
             go.set()
             await asyncio.gather(*tasks)
 
@@ -329,7 +331,7 @@ def report(rows: list[dict[str, Any]], env: str) -> str:
         lines.append("")
     lines += ["## For reference: tasks arriving interleaved over time, beside a no-limiter floor", "",
               "10,000 tasks at 2,500/s (burst 25), arriving at 5,000/s in all, task i of loop k at (i·K + k) / "
-              "5,000 s after the release. The floor has no limiter: each task sleeps until its ideal grant instant "
+              f"5,000 s after an origin {ARRIVALS_AFTER} s after the release (by then every task has started). The floor has no limiter: each task sleeps until its ideal grant instant "
               "(the same schedule), woken by its own loop; only its CPU is shown. × 1 loop: against the 1-loop case of this table; "
               "× floor: against the floor with as many loops.", "",
               "| case | loop | rate error % | most in a window (bound) | over | CPU µs/grant | × 1 loop | × floor | "
