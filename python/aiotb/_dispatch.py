@@ -79,28 +79,19 @@ class Dispatcher:
         owners, first = self.owners, None
         bucket = owners.bucket
         while True:
-            if self._posted:
-                resolved = self._resolve_posted()
+            first_posted, given_back = self._resolve(self.take_posted()) if self._posted else (None, False)
+            granted, amounts, at = bucket._grant_due(due, self)
+            here: list[tuple[asyncio.Future[None], float]] = []
+            elsewhere: list[tuple[Any, float]] = []  # another loop's, or a blocked thread's
+            for grant in zip(granted, amounts):
+                (here if grant[0].get_loop() is loop else elsewhere).append(grant)
+            first_here, came_back = self._resolve(here)
+            for resolved in (first_posted, first_here):
                 if first is None:
                     first = resolved
-            granted, amounts, at = bucket._grant_due(due, self)
-            given_back = False
-            elsewhere: list[tuple[Any, float]] | None = None
-            for waiter, amount in zip(granted, amounts):
-                if waiter.get_loop() is not loop:  # another loop's, or a blocked thread's
-                    if elsewhere is None:
-                        elsewhere = []
-                    elsewhere.append((waiter, amount))
-                elif waiter.done():  # cancelled by code an earlier grant of this pass ran: its tokens come back
-                    bucket._refund(amount)
-                    given_back = True
-                else:
-                    waiter.set_result(None)
-                    if first is None:
-                        first = waiter
-            if elsewhere is not None and owners.deliver(elsewhere):
-                given_back = True
-            if given_back:
+            if elsewhere and owners.deliver(elsewhere):
+                came_back = True
+            if came_back or given_back:
                 owners.retime(self)
                 continue
             with self._posted_lock:
@@ -126,11 +117,12 @@ class Dispatcher:
             posted, self._posted = self._posted, []
         return posted
 
-    def _resolve_posted(self) -> asyncio.Future[None] | None:
-        """On this loop: resolves the grants posted here (a waiter cancelled meanwhile gives its
-        tokens back) and returns the first it resolved."""
+    def _resolve(self, grants: list[tuple[asyncio.Future[None], float]]) -> tuple[asyncio.Future[None] | None, bool]:
+        """On this loop: resolves grants of its waiters, in order; a waiter cancelled meanwhile (by
+        code an earlier grant ran, or before a grant posted here arrived) gives its tokens back.
+        Returns the first it resolved, and whether tokens came back."""
         bucket, first, given_back = self.owners.bucket, None, False
-        for waiter, amount in self.take_posted():
+        for waiter, amount in grants:
             if waiter.done():
                 bucket._refund(amount)
                 given_back = True
@@ -138,9 +130,7 @@ class Dispatcher:
                 waiter.set_result(None)
                 if first is None:
                     first = waiter
-        if given_back:
-            self.owners.retime(self)
-        return first
+        return first, given_back
 
     def _arm(self, at: float | None, woke_for: float | None) -> None:
         """Keeps the one timer on at (None: no timer)."""
