@@ -326,12 +326,12 @@ def test_a_grant_posted_during_the_loops_own_pass_is_resolved_by_it(lib):
                 self._owners._grant_due_from(object())
             return super()._grant_due(at, owner)
 
-    limiter = Interleaved(20, 1, burst=1, initial=0)
+    limiter = Interleaved(10, 1, burst=10, initial=0)
     loop = asyncio.new_event_loop()
     try:
-        first = queued_on_a_paused_loop(limiter, loop)
-        time.sleep(0.1)  # the first waiter's timer is due; the newcomer's pass runs before it fires
-        second = loop.create_task(limiter.acquire())
+        first = queued_on_a_paused_loop(limiter, loop)  # 1 token: due in 0.1 s
+        time.sleep(0.2)  # its timer is due; the newcomer's pass runs before it fires
+        second = loop.create_task(limiter.acquire(5))  # due 0.4 s or more later: never within this test's pass
         loop.run_until_complete(asyncio.sleep(0))
         assert interleaved and first.done() and not second.done()
         loop.run_until_complete(asyncio.wait_for(second, JOIN))
