@@ -18,6 +18,6 @@ COMPETITORS = [
         make=make,
         acquire=lambda limiter: limiter.acquire,
         mapping="Throttler(rate_limit=burst, period=burst / rate), default retry_interval=0.01 s (no weights)",
-        scenarios=frozenset({"uncontended", "contended", "churn", "classic"}),
+        scenarios=frozenset({"uncontended", "contended", "smooth", "churn", "classic"}),
     )
 ]

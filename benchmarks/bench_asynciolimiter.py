@@ -19,6 +19,6 @@ COMPETITORS = [
         acquire=lambda limiter: limiter.wait,
         context_manager=False,
         mapping="LeakyBucketLimiter(rate, capacity=burst); `await limiter.wait()` (no `async with`, no weights)",
-        scenarios=frozenset({"uncontended", "contended", "churn", "classic"}),
+        scenarios=frozenset({"uncontended", "contended", "smooth", "churn", "classic"}),
     )
 ]

@@ -133,7 +133,7 @@ NO_LIMITER = Competitor(
     acquire_amount=lambda schedule: schedule.acquire,
     reference=True,
     mapping="each waiter takes the next slot of the ideal schedule and asyncio.sleep()s until it",
-    scenarios=frozenset({"contended", "mixed", "classic"}),
+    scenarios=frozenset({"contended", "smooth", "mixed", "classic"}),
 )
 
 COMPETITORS = [EMPTY_LOOP, PYTHON_NOOP, C_NOOP, BARE_BUCKET, NO_LIMITER]

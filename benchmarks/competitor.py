@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+SCENARIOS = frozenset({"uncontended", "contended", "smooth", "mixed", "churn", "classic"})  # a limiter's default
 
 
 @dataclass(frozen=True)
@@ -16,6 +18,8 @@ class Competitor:
     that rate). Scenarios use ``async with limiter:`` when ``context_manager``
     is true, else ``await acquire(limiter)()``; ``acquire_amount(limiter)(n)``
     takes ``n`` tokens and is ``None`` when the library cannot weigh requests.
+    ``environment`` is set in the environment of the child process that runs it,
+    before anything is imported there; such a competitor runs alone in its child.
     """
 
     key: str
@@ -27,7 +31,8 @@ class Competitor:
     mapping: str = ""  # how `rate` and `burst` become this library's parameters
     reference: bool = False  # not a limiter: a floor or a baseline
     empty_body: bool = False  # the uncontended loop runs `pass` instead of touching the limiter
-    scenarios: frozenset[str] = frozenset({"uncontended", "contended", "mixed", "churn", "classic"})
+    scenarios: frozenset[str] = SCENARIOS
+    environment: Mapping[str, str] = field(default_factory=dict)
 
 
 def version_of(distribution: str) -> str:

@@ -1,4 +1,5 @@
-"""The pictures: uncontended bars, cumulative grants, CPU per grant against N, lateness distribution."""
+"""The pictures: uncontended bars, cumulative grants, CPU per grant against N, lateness distribution, and burst-1
+lateness with and without aiotb's precise timer."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import registry
 from matplotlib.ticker import FuncFormatter
 from results import find, grouped, label
 from scenarios import QUANTILES
+from targets import SMOOTH_P99_MS
 
 COLOURS = {
     "aiotb": "#d62728",
+    "aiotb-looptimer": "#ff7f0e",
     "aiotb-py": "#ff9896",
     "aiolimiter": "#1f77b4",
     "asynciolimiter": "#2ca02c",
@@ -28,14 +31,15 @@ COLOURS = {
     "py-noop": "#bcbd22",
     "empty-loop": "#c7c7c7",
 }
-STYLE = {"no-limiter": "--"}
+STYLE = {"no-limiter": "--", "aiotb-looptimer": "-."}
 FOCUS_N = 10_000  # the contended size the grant and lateness pictures show
+SMOOTH_KEYS = ("aiotb", "aiotb-looptimer", "aiolimiter", "no-limiter")  # the burst-1 lateness picture
 
 
 def draw(results: dict[str, Any], directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     drawn = []
-    for painter in (uncontended, grants_over_time, cpu_per_grant, lateness):
+    for painter in (uncontended, grants_over_time, cpu_per_grant, lateness, smooth_lateness):
         path = painter(results, directory)
         if path is not None:
             drawn.append(path)
@@ -210,3 +214,43 @@ def lateness(results: dict[str, Any], directory: Path) -> Path | None:
     _legend_below(figure, axes)
     figure.suptitle(f"Contended: distribution of wake lateness (dotted line: p99)\n{_subtitle(results)}", fontsize=11)
     return _save(figure, directory / "lateness.png")
+
+
+def smooth_lateness(results: dict[str, Any], directory: Path) -> Path | None:
+    """Burst 1: the distribution of every grant's lateness, aiotb with and without its precise timer, one panel
+    per loop and rate."""
+    entries = [e for e in grouped(results["smooth"]) if e["competitor"] in SMOOTH_KEYS
+               and e["result"].get("lateness_quantiles_ms")]
+    loops = [loop for loop in ("asyncio", "uvloop") if any(e["loop"] == loop for e in entries)]
+    if not loops:
+        return None
+    configs = sorted({(e["params"]["rate"], e["params"]["n"]) for e in entries})
+    figure, axes = plt.subplots(len(loops), len(configs), figsize=(max(12.0, 6.5 * len(configs)), 4.6 * len(loops)),
+                                squeeze=False)
+    for row, loop in enumerate(loops):
+        for column, (rate, n) in enumerate(configs):
+            axis = axes[row][column]
+            earliest = 0.0
+            for key in SMOOTH_KEYS:
+                r = find(entries, loop, key, n=n, rate=rate)
+                if not r:
+                    continue
+                earliest = min(earliest, r["lateness_quantiles_ms"][0])
+                axis.plot(r["lateness_quantiles_ms"], QUANTILES, STYLE.get(key, "-"), color=COLOURS.get(key),
+                          label=label(results, key) + ("" if r.get("complete") else " (unfinished)"), linewidth=1.3)
+            axis.axvline(SMOOTH_P99_MS, color="black", linewidth=0.8, linestyle=":",
+                         label=f"target: p99 ≤ {SMOOTH_P99_MS:g} ms")
+            axis.axhline(99, color="black", linewidth=0.6, linestyle=":")
+            axis.set_xscale("symlog", linthresh=0.1)
+            axis.set_xlim(left=min(-0.1, 2 * earliest))
+            axis.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_xlabel("lateness of each grant against its ideal instant, ms (symlog)")
+            axis.set_ylabel("percentile of grants")
+            axis.set_ylim(0, 100.5)
+            axis.set_title(f"{loop}: N={n:,}, R={rate:,.0f}/s, burst 1 (a grant every {1e3 / rate:g} ms)", fontsize=10)
+            axis.grid(alpha=0.3, which="both")
+    _legend_below(figure, axes)
+    figure.suptitle("Smooth (burst 1): lateness of every grant (dotted: p99 and its target), aiotb by default\n"
+                    f"(precise timer) and with AIOTB_PRECISE_TIMER=0 (loop timer only)\n{_subtitle(results)}",
+                    fontsize=11)
+    return _save(figure, directory / "smooth_lateness.png")

@@ -9,6 +9,7 @@ from competitor import Competitor
 # key -> the file that defines it, in the order tables list them
 FILES = {
     "aiotb": "bench_aiotb",
+    "aiotb-looptimer": "bench_aiotb",
     "aiotb-py": "bench_aiotb",
     "aiolimiter": "bench_aiolimiter",
     "asynciolimiter": "bench_asynciolimiter",

@@ -4,6 +4,7 @@ later stage uses (repetitions merged, one entry found, a competitor's label). No
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -71,6 +72,9 @@ def environment(loops: list[str]) -> dict[str, Any]:
         "loops": {"asyncio": default_loop, "uvloop": f"uvloop {version_of('uvloop')}"},
         "versions": {name: version_of(name) for name in LIBRARIES},
         "aiotb_implementation": aiotb.IMPLEMENTATION,
+        # aiotb's own switches, set for the runner and so for every child; the benchmarks' own are left out
+        "aiotb_variables": {name: value for name, value in sorted(os.environ.items())
+                            if name.startswith("AIOTB_") and not name.startswith("AIOTB_BENCH_")},
         "aiotb_commit": _git_commit(),
         "load_before": os.getloadavg(),
     }
@@ -78,7 +82,8 @@ def environment(loops: list[str]) -> dict[str, Any]:
 
 def describe_competitor(competitor: Competitor) -> dict[str, Any]:
     return {"label": competitor.label, "mapping": competitor.mapping, "reference": competitor.reference,
-            "context_manager": competitor.context_manager, "weighted": competitor.acquire_amount is not None}
+            "context_manager": competitor.context_manager, "weighted": competitor.acquire_amount is not None,
+            "environment": dict(competitor.environment)}
 
 
 # ---- the raw JSON the runner keeps ----
@@ -133,7 +138,8 @@ def grouped(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                        "result": _merge([m["result"] for m in members])})
     order = {k: i for i, k in enumerate(registry.ORDER)}
     merged.sort(key=lambda e: (e["loop"], e["params"].get("burst", 0) < e["params"].get("rate", 0),
-                               e["params"].get("n", 0), -e["params"].get("burst", 0), order.get(e["competitor"], 99)))
+                               e["params"].get("n", 0), e["params"].get("rate", 0), -e["params"].get("burst", 0),
+                               order.get(e["competitor"], 99)))
     return merged
 
 
@@ -143,6 +149,15 @@ def find(entries: list[dict[str, Any]], loop: str, competitor: str, **params: An
                 entry["params"].get(k) == v for k, v in params.items()):
             return entry["result"]
     return None
+
+
+def wakeup_probe(results: dict[str, Any], loop: str, rate: float) -> dict[str, Any] | None:
+    """How often loop woke a task sleeping 1 / rate s at a time, probed before the smooth runs at rate; None if not."""
+    probes = results.get("wakeups", {}).get(loop) or []
+    if isinstance(probes, dict):  # a run from before the smooth scenario had several rates: one probe per loop
+        probes = [probes]
+    found: list[dict[str, Any]] = [p for p in probes if p.get("period_s") and math.isclose(p["period_s"] * rate, 1.0)]
+    return found[0] if found else None
 
 
 def label(results: dict[str, Any], key: str) -> str:

@@ -4,7 +4,8 @@ Prints progress to stderr and the tables to stdout. The full profile writes
 benchmarks/RESULTS.md and benchmarks/plots/*.png; --quick, and any run narrowed
 by --only, --loops or --competitors, writes under benchmarks/.cache/ instead
 unless --out says otherwise. Every contended repetition runs in a fresh child
-process (worker.py); nothing here depends on files outside this directory."""
+process (worker.py), started with the competitor's own environment on top of
+this one's; nothing here depends on files outside this directory."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,11 +45,12 @@ class Profile:
     contended_sizes: list[int]
     contended_paced_s: float  # R = N / (paced + 1): burst R goes at once, the rest takes `paced` seconds
     contended_repetitions: int  # for PRIMARY up to 100k; the others, and 1M, run once
-    smooth: dict[str, Any]  # burst 1 at a rate above the selector's millisecond timer
+    smooth: list[dict[str, Any]]  # N, R, burst 1: one grant every 1 / R s, shorter than the selector's 1 ms timer
     mixed: dict[str, Any]
     churn: dict[str, Any]
     classic: dict[str, Any]
-    smooth_competitors: list[str] = field(default_factory=lambda: ["aiotb", "aiotb-py", "aiolimiter", "no-limiter"])
+    smooth_competitors: list[str] = field(default_factory=lambda: ["aiotb", "aiotb-looptimer", "aiotb-py", "aiolimiter",
+                                                                   "no-limiter"])
 
 
 FULL = Profile(
@@ -59,7 +62,7 @@ FULL = Profile(
     contended_sizes=[1_000, 10_000, 100_000, 1_000_000],
     contended_paced_s=3.0,
     contended_repetitions=3,
-    smooth={"n": 2_500, "rate": 2_500.0, "burst": 1.0},
+    smooth=[{"n": 10_000, "rate": 2_500.0, "burst": 1.0}, {"n": 10_000, "rate": 10_000.0, "burst": 1.0}],
     mixed={"n": 1_000, "rate": 1_000.0, "burst": 20.0, "big": 20, "every": 10},
     churn={"n": 10_000, "rate": 2_500.0, "burst": 2_500.0, "share": 0.3, "seed": 3},
     classic={"n": 500, "rate": 100.0, "bursts": [100.0, 1.0]},
@@ -74,7 +77,7 @@ QUICK = Profile(
     contended_sizes=[1_000, 10_000],
     contended_paced_s=0.5,
     contended_repetitions=1,
-    smooth={"n": 1_000, "rate": 1_000.0, "burst": 1.0},
+    smooth=[{"n": 2_500, "rate": 2_500.0, "burst": 1.0}, {"n": 5_000, "rate": 10_000.0, "burst": 1.0}],  # targets' R
     mixed={"n": 400, "rate": 1_000.0, "burst": 20.0, "big": 20, "every": 10},
     churn={"n": 2_000, "rate": 1_000.0, "burst": 1_000.0, "share": 0.3, "seed": 3},
     classic={"n": 120, "rate": 100.0, "bursts": [100.0, 1.0]},
@@ -102,11 +105,14 @@ class Progress:
         print(f"[{self.elapsed():>7}] {text}", file=sys.stderr, flush=True)
 
 
-def run_child(spec: dict[str, Any], timeout: float, show_stderr: bool = False) -> dict[str, Any]:
-    """Runs worker.py on spec in a fresh interpreter; its JSON result, or {'error': ...}."""
+def run_child(spec: dict[str, Any], timeout: float, show_stderr: bool = False,
+              environment: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Runs worker.py on spec in a fresh interpreter, with environment added to this process's for that child
+    alone; its JSON result, or {'error': ...}."""
     command = [sys.executable, str(HERE / "worker.py"), json.dumps(spec)]
+    env = {**os.environ, **environment} if environment else None
     try:
-        done = subprocess.run(command, cwd=HERE, check=False, stdout=subprocess.PIPE,
+        done = subprocess.run(command, cwd=HERE, env=env, check=False, stdout=subprocess.PIPE,
                               stderr=None if show_stderr else subprocess.PIPE, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"killed after {timeout:.0f} s", "complete": False}
@@ -158,7 +164,7 @@ class Runner:
         n = params["n"]
         limit = limit_for(span, n)
         spec = {"scenario": scenario, "loop": loop, "competitor": key, "params": params, "limit_s": limit}
-        return run_child(spec, timeout=limit + 60 + n * 3e-5)
+        return run_child(spec, timeout=limit + 60 + n * 3e-5, environment=self.competitors[key].environment)
 
     # ---- scenario 1 ----
     def uncontended(self) -> None:
@@ -236,21 +242,24 @@ class Runner:
                                                         f"skip rule: > {SLOW_PREVIOUS_S:.0f} s or unfinished)"})
 
     def smooth(self) -> None:
-        params = dict(self.profile.smooth)
-        span = ideal_span(params["n"], params["rate"], params["burst"])
+        keys = [k for k in self.profile.smooth_competitors if k in self.runnable("smooth")]
         for loop in self.loops:
-            probe = {"period_s": 1 / params["rate"], "duration_s": 2.0}
-            self.progress.say(f"smooth {loop}: how often the loop wakes a task sleeping "
-                              f"{probe['period_s'] * 1e3:g} ms ...")
-            woke = run_child({"scenario": "wakeups", "loop": loop, "params": probe}, timeout=60)
-            self.results["wakeups"][loop] = woke
-            self.progress.say(f"    {fmt(woke.get('wakes_per_s'), 0)} wake-ups/s at {fmt(woke.get('cpu_pct'), 0)} % CPU"
-                              + self.failure(woke))
-            for key in [k for k in self.profile.smooth_competitors if k in self.runnable("contended")]:
-                self.progress.say(f"smooth (burst 1) {loop} N={params['n']:,} R={params['rate']:,.0f}/s {key} ...")
-                result = self.child("contended", loop, key, params, span)
-                self.record("smooth", loop, key, params, 0, result)
-                self.progress.say("    " + self.describe(result))
+            for config in self.profile.smooth:
+                params = dict(config)
+                span = ideal_span(params["n"], params["rate"], params["burst"])
+                probe = {"period_s": 1 / params["rate"], "duration_s": 2.0}
+                self.progress.say(f"smooth {loop}: how often the loop wakes a task sleeping "
+                                  f"{probe['period_s'] * 1e3:g} ms ...")
+                woke = run_child({"scenario": "wakeups", "loop": loop, "params": probe}, timeout=60)
+                self.results["wakeups"].setdefault(loop, []).append(dict(woke, period_s=probe["period_s"]))
+                self.progress.say(f"    {fmt(woke.get('wakes_per_s'), 0)} wake-ups/s at "
+                                  f"{fmt(woke.get('cpu_pct'), 0)} % CPU" + self.failure(woke))
+                for key in keys:
+                    self.progress.say(f"smooth (burst 1) {loop} N={params['n']:,} R={params['rate']:,.0f}/s "
+                                      f"{key} ...")
+                    result = self.child("contended", loop, key, params, span)
+                    self.record("smooth", loop, key, params, 0, result)
+                    self.progress.say("    " + self.describe(result))
 
     def mixed(self) -> None:
         params = dict(self.profile.mixed)
