@@ -4,10 +4,10 @@ headers): ``Bucket``, the limiter's engine, over the twin of the core (``_queue_
 The Python-visible API is the C module's: an unconfigured ``Bucket`` until ``_configure``, the hot
 public methods with the amount and timeout checks worded as C words them, the private methods the
 limiter's dispatcher calls, ``READY``, ``MAX_SPAN`` and ``IMPLEMENTATION`` (``"python"`` here).
-Where it differs: the clock is always the running loop's ``loop.time()`` (outside a loop asyncio's
-default clock, ``time.monotonic``) converted to nanoseconds (round half up); C reads
-CLOCK_MONOTONIC itself once it has proven that the loop's clock is that clock, and caches the
-proof. ``acquire()`` returns a coroutine (C: an awaitable object of its own) whose name is set so
+The clock, as in C: CLOCK_MONOTONIC (``time.monotonic``) outside a loop and on a loop whose
+clock provably is that clock (uvloop's ``loop.time()`` is that clock cached in whole milliseconds),
+else the running loop's ``loop.time()``, converted to nanoseconds (round half up). Where it differs:
+it checks the proof on every reading; C caches it. ``acquire()`` returns a coroutine (C: an awaitable object of its own) whose name is set so
 that dropping it unawaited warns as C does. Unconfigured, the error names ``type(self).__name__``
 (C: the type's ``tp_name``, ``aiotb._tokenbucket.Bucket`` for the base class). Argument
 conversions (C's ``PyFloat_AsDouble``, ``PyArg_ParseTuple``) are mirrored closely, not exactly:
@@ -215,7 +215,7 @@ class Bucket:
             domain, now = None, seconds_to_ns(_monotonic())
         else:
             domain = None if is_monotonic_loop(loop) else loop
-            now = seconds_to_ns(_double(loop.time()))
+            now = seconds_to_ns(_monotonic() if domain is None else _double(loop.time()))
         if domain is not self._domain:
             if self._configured and self._core.waiting > 0:  # their times are on the old clock
                 self._drop_closed()

@@ -1,7 +1,10 @@
 """Chooses the engine: the C core, unless AIOTB_NO_EXTENSIONS is set, this is not CPython, or the
 package was installed without building it (then it says so once, with a RuntimeWarning: pip shows
 the build's own warning only with -v). A C build that fails to import is an error, never a silent
-fall back."""
+fall back.
+
+It picks the precise timer the same way: the C one with the C engine, else the twin's (Python 3.13+);
+None where Linux's timerfd is missing, or when AIOTB_PRECISE_TIMER=0 asks for the loop's timer only."""
 
 from __future__ import annotations
 
@@ -27,9 +30,20 @@ def _wants_twin() -> bool:
 
 if TYPE_CHECKING:
     from ._tokenbucket import IMPLEMENTATION, MAX_SPAN, READY, Bucket
+    from ._tokenbucket import PreciseTimer  # the twin's has the same interface
 elif _wants_twin():
     from ._bucket_py import IMPLEMENTATION, MAX_SPAN, READY, Bucket
+    from ._timer_py import AVAILABLE, PreciseTimer
+
+    if not AVAILABLE:
+        PreciseTimer = None
 else:
+    from . import _tokenbucket
     from ._tokenbucket import IMPLEMENTATION, MAX_SPAN, READY, Bucket
 
-__all__ = ["IMPLEMENTATION", "MAX_SPAN", "READY", "Bucket"]
+    PreciseTimer = getattr(_tokenbucket, "PreciseTimer", None)  # Linux only
+
+PRECISE_TIMER: type[PreciseTimer] | None = (
+    None if os.environ.get("AIOTB_PRECISE_TIMER", "") == "0" else PreciseTimer)
+
+__all__ = ["IMPLEMENTATION", "MAX_SPAN", "READY", "Bucket", "PRECISE_TIMER"]

@@ -9,7 +9,14 @@ owner's timer fires grants everyone due, and a grant that belongs to another loo
 thread is handed over to it (``Owners.deliver``). Another loop's grants are posted to its dispatcher,
 whose next pass resolves them; its loop is woken across threads only if its timer, which is aimed
 at its first waiter, is not due already, and once for any number of posts and re-timings. Every
-store shares it: only the engine behind ``_grant_due`` changes."""
+store shares it: only the engine behind ``_grant_due`` changes.
+
+The one timer is the loop's own (``call_at``), whose millisecond resolution makes a short wait up
+to a millisecond late, except for a wait shorter than ``PRECISE_WITHIN`` on a loop whose clock is
+CLOCK_MONOTONIC and that watches file descriptors (asyncio's selector loops, uvloop): a Linux
+timerfd armed at the instant (``PreciseTimer``), watched with ``add_reader`` while armed, wakes
+the loop within tens of microseconds of it. A virtual or patched clock, a loop without
+``add_reader``, a missing timerfd or ``AIOTB_PRECISE_TIMER=0``: the loop's timer serves."""
 
 from __future__ import annotations
 
@@ -17,28 +24,36 @@ import asyncio
 import threading
 import time
 from asyncio import events
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+from ._clock import is_monotonic_loop
+from ._core import PRECISE_TIMER
 
 if TYPE_CHECKING:
     from ._owners import Owners
+    from ._tokenbucket import PreciseTimer
 
 CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution  # asyncio's _clock_resolution
 REARM_AFTER_EARLY_WAKE = 0.001  # s: uvloop rounds timer delays to whole ms, so a shorter one can fire at once
+PRECISE_WITHIN = 0.02  # s: a wait shorter than this is timed by the precise timer, where there is one
 
 
 class Dispatcher:
     """The waiters of one limiter on ``loop``, and the timer that wakes the first of them."""
 
-    __slots__ = ("owners", "loop", "_timer", "_timer_at", "_wake_pending", "_posted", "_posted_lock")
+    __slots__ = ("owners", "loop", "_timer", "_timer_at", "_wake_pending", "_posted", "_posted_lock", "_precise",
+                 "_precise_tried")
 
     def __init__(self, owners: Owners, loop: asyncio.AbstractEventLoop) -> None:
         self.owners: Owners = owners
         self.loop: asyncio.AbstractEventLoop = loop
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | PreciseTimer | None = None  # the armed one
         self._timer_at: float | None = None  # set with _posted_lock held: post() reads it
         self._wake_pending = False  # a re-dispatch is scheduled on the loop from another thread
         self._posted: list[tuple[asyncio.Future[None], float]] = []  # grants made elsewhere, to resolve here
         self._posted_lock = threading.Lock()
+        self._precise: PreciseTimer | None = None  # opened at the first short wait, if this loop can watch it
+        self._precise_tried = False
 
     async def wait(self, amount: float, timeout: float | None) -> None:
         """Queues a request for amount tokens and returns once it is granted. TimeoutError at once,
@@ -49,8 +64,11 @@ class Dispatcher:
         granted: asyncio.Future[None] = loop.create_future()
         ident = bucket._enqueue(amount, timeout, granted, self)
         try:
-            at = self._timer_at
-            if at is None or not owners.queued_last or at <= loop.time():
+            at, timer = self._timer_at, self._timer
+            # uvloop's loop.time() stands still while the loop runs callbacks: a precise timer, on
+            # CLOCK_MONOTONIC, is checked against that clock
+            if (at is None or not owners.queued_last
+                    or at <= (time.monotonic() if timer is not None and timer is self._precise else loop.time())):
                 first = self.dispatch()
             else:  # queued last, behind a waiter of this loop not due yet: its timer stands
                 first = None
@@ -70,12 +88,13 @@ class Dispatcher:
                 self.dispatch()  # the next waiter may go now, or later than the timer says
             raise
 
-    def dispatch(self, woke_for: float | None = None) -> asyncio.Future[None] | None:
+    def dispatch(self, woke_for: float | None = None, reached: bool = False) -> asyncio.Future[None] | None:
         """Resolves the grants posted here, grants every waiter whose turn has come, then keeps the
-        one timer on this loop's first waiter. Returns the first waiter of this loop it resolved."""
+        one timer on this loop's first waiter. Returns the first waiter of this loop it resolved.
+        woke_for: the instant a timer fired for; reached: the kernel saw that instant come."""
         loop = self.loop
         # asyncio runs a timer due within its clock's resolution as due now: so does the limiter
-        due = woke_for if woke_for is not None and woke_for - loop.time() <= CLOCK_RESOLUTION else None
+        due = woke_for if woke_for is not None and (reached or woke_for - loop.time() <= CLOCK_RESOLUTION) else None
         owners, first = self.owners, None
         bucket = owners.bucket
         while True:
@@ -133,20 +152,67 @@ class Dispatcher:
         return first, given_back
 
     def _arm(self, at: float | None, woke_for: float | None) -> None:
-        """Keeps the one timer on at (None: no timer)."""
+        """Keeps the one timer on at (None: no timer): the precise timer for a short wait, if this
+        loop can use it, else the loop's own."""
         timer = self._timer
         if at is not None and timer is not None and at == self._timer_at:
             return
-        if timer is not None:
-            timer.cancel()
-            self._timer = self._timer_at = None
+        precise = self._precise_for(at) if at is not None else None
+        if timer is not None and timer is not precise:
+            self._stop(timer)
+        self._timer = self._timer_at = None
         if at is None:
             return
-        if at == woke_for:  # the loop fired early: aim as far past the time as it fell short, never poll
-            now = self.loop.time()
-            at = max(at + (at - now), now + REARM_AFTER_EARLY_WAKE)
-        self._timer = self.loop.call_at(at, self._on_timer)
+        if precise is not None and (timer is precise or self._watch(precise)):
+            precise.arm(at)
+            self._timer = precise
+        else:
+            if at == woke_for:  # the loop fired early: aim as far past the time as it fell short, never poll
+                now = self.loop.time()
+                at = max(at + (at - now), now + REARM_AFTER_EARLY_WAKE)
+            self._timer = self.loop.call_at(at, self._on_timer)
         self._timer_at = at
+
+    def _precise_for(self, at: float) -> PreciseTimer | None:
+        """The precise timer, if at is too soon for the loop's own timer and this loop can use it
+        (opened on first use)."""
+        precise = self._precise
+        if precise is None and self._precise_tried:
+            return None
+        loop = self.loop
+        if not is_monotonic_loop(loop) or at - time.monotonic() >= PRECISE_WITHIN:
+            return None
+        if precise is None:
+            self._precise_tried = True
+            if PRECISE_TIMER is None:
+                return None
+            try:
+                precise = self._precise = PRECISE_TIMER()
+            except OSError:  # out of descriptors, say: the loop's timer serves
+                return None
+        return precise
+
+    def _watch(self, precise: PreciseTimer) -> bool:
+        """Has the loop watch the precise timer; False (and never again) if it cannot."""
+        try:
+            self.loop.add_reader(precise.fileno(), self._on_precise)
+        except (NotImplementedError, RuntimeError, OSError, ValueError):  # a proactor loop, a closed one
+            self._precise = None
+            precise.close()
+            return False
+        return True
+
+    def _stop(self, timer: asyncio.TimerHandle | PreciseTimer) -> None:
+        """Stops timer; the loop stops watching the precise one."""
+        precise = self._precise
+        if precise is not None and timer is precise:
+            precise.disarm()
+            try:
+                self.loop.remove_reader(precise.fileno())
+            except RuntimeError:  # the loop is closed
+                pass
+        else:
+            cast("asyncio.TimerHandle", timer).cancel()
 
     def wake(self) -> bool:
         """From any thread: dispatches again on this loop soon (once for any number of calls before
@@ -167,16 +233,29 @@ class Dispatcher:
         return True
 
     def close(self) -> None:
-        """Stops the timer."""
+        """Stops the timer and closes the precise one: the loop closed."""
         if self._timer is not None:
-            self._timer.cancel()
+            self._stop(self._timer)
         self._timer = self._timer_at = None
+        if self._precise is not None:
+            self._precise.close()
+            self._precise = None
 
     def _on_timer(self) -> None:
         woke_for, self._timer, self._timer_at = self._timer_at, None, None
         try:
             self.dispatch(woke_for)
         except ReferenceError:  # the limiter is gone, and its waiters with it
+            pass
+
+    def _on_precise(self) -> None:
+        precise = self._precise
+        if precise is None or self._timer is not precise or not precise.expired():
+            return  # seen readable before it was armed again, or stopped: no instant came
+        woke_for, self._timer_at = self._timer_at, None  # still watched: the pass re-arms it or stops it
+        try:
+            self.dispatch(woke_for, reached=True)
+        except ReferenceError:
             pass
 
     def _on_wake(self) -> None:

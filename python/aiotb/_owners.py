@@ -123,6 +123,7 @@ class Owners:
             del self.dispatchers[dispatcher.loop]
         if self.last is dispatcher:
             self.last = None
+        dispatcher.close()
         bucket, dropped = self.bucket, False
         while bucket._withdraw_first_of(dispatcher) is not None:
             dropped = True

@@ -1,6 +1,6 @@
 """The C engine of aiotb (src/_tokenbucket/); the pure-Python twin aiotb._bucket_py has the same interface."""
 
-from typing import Any, Coroutine, Final, Generator, Self, type_check_only
+from typing import Any, Coroutine, Final, Generator, Self, final, type_check_only
 
 from typing_extensions import disjoint_base
 
@@ -60,3 +60,20 @@ class Bucket:
     def _pause_until(self, when: float, /) -> None: ...
     def _stats(self) -> tuple[int, float, int, float, float, int, int]: ...
     def _as_good_as_new(self) -> bool: ...
+
+@final
+class PreciseTimer:
+    """A timerfd on CLOCK_MONOTONIC armed at absolute instants, for ``loop.add_reader`` (Linux only)."""
+    def fileno(self) -> int:
+        """The descriptor, for loop.add_reader."""
+    def arm(self, at: float, /) -> None:
+        """Fires at the CLOCK_MONOTONIC time at (seconds), replacing any earlier arming."""
+    def disarm(self) -> None:
+        """Stops the timer; it is not readable until armed and fired again."""
+    def expired(self) -> bool:
+        """Whether the instant armed last has come; consumes the news."""
+    def close(self) -> None:
+        """Closes the descriptor (again: nothing happens)."""
+    @property
+    def closed(self) -> bool:
+        """Whether close() was called."""

@@ -10,6 +10,7 @@
 #include "binding/clock.h"
 #include "binding/params.h"
 #include "binding/awaitables.h"
+#include "binding/timer.h"
 
 static PyModuleDef tokenbucket_module;
 
@@ -661,6 +662,13 @@ static int tokenbucket_exec(PyObject *module)
         !st->str_wait || !st->str_over_capacity || !st->str_throw || !st->str_close || !st->str_done ||
         !st->str_drop_closed || !st->str_seen)
         return -1;
+#ifdef AIOTB_HAS_PRECISE_TIMER
+    PyObject *timer_type = PyType_FromModuleAndSpec(module, &timer_spec, NULL);
+    int added = timer_type ? PyModule_AddType(module, (PyTypeObject *)timer_type) : -1;
+    Py_XDECREF(timer_type);
+    if (added < 0)
+        return -1;
+#endif
     if (PyModule_AddType(module, st->bucket_type) < 0 ||
         PyModule_AddObjectRef(module, "READY", st->ready) < 0 ||
         PyModule_AddStringConstant(module, "IMPLEMENTATION", "c") < 0)
