@@ -188,31 +188,44 @@ def test_queueing_behind_a_waiter_not_yet_due_runs_no_grant_pass(lib):
     assert Counted.passes == 1 + 199  # the first waiter's, then one per timer: none per newcomer behind
 
 
-def test_a_newcomer_grants_the_waiters_due_when_the_timer_is_overdue(lib):
+def test_a_newcomer_leaves_an_overdue_timer_to_grant_when_the_loop_gets_to_it(lib):
+    """The loop was busy past the timer's instant: a newcomer's pass there would grant the overdue
+    waiter at once, though its task can only resume after the loop's current iteration, with every
+    other grant made meanwhile (a burst where the server sees it). The timer grants it instead."""
     loop = VirtualClockLoop()
     passes: list[tuple[float, float | None, int]] = []  # (loop time, the timer's instant, grants)
 
     class Logged(lib.Limiter):  # type: ignore[misc, name-defined]
         def _grant_due(self, at: float | None, owner: object) -> Any:
             result = super()._grant_due(at, owner)
-            passes.append((loop.time(), at, len(result[0])))
+            passes.append((round(loop.time(), 9), at, len(result[0])))
             return result
 
-    async def main() -> None:
+    async def main() -> list[float]:
         limiter = Logged(100, 1, burst=1)
         await limiter.acquire()
-        first = asyncio.ensure_future(limiter.acquire())
+        granted: list[float] = []
+
+        async def take() -> None:
+            await limiter.acquire()
+            granted.append(round(loop.time(), 9))
+
+        first = asyncio.ensure_future(take())
         await asyncio.sleep(0)  # queued, its timer at 0.01
         loop._now += 0.05  # the loop was busy past the timer
-        second = asyncio.ensure_future(limiter.acquire())
+        second = asyncio.ensure_future(take())
         await asyncio.gather(first, second)
+        return granted
 
     try:
-        loop.run_until_complete(main())
+        granted = loop.run_until_complete(main())
     finally:
         loop.close()
-    # the newcomer's own pass (no timer instant) grants the overdue waiter, before the timer runs
-    assert (0.05, None, 1) in [(round(now, 9), at, n) for now, at, n in passes]
+    assert [n for now, at, n in passes if at is None and now == 0.05] == []  # no newcomer's pass
+    assert (0.05, 0.01, 1) in passes  # the timer's pass grants the overdue waiter, alone
+    # one late wake-up: the first booked under a token early (the late credit), the second one
+    # interval after that, never two together
+    assert granted[0] == 0.05 and granted[1] - granted[0] >= 0.01 * (1 - 0.99) - 1e-9
 
 
 def test_a_smaller_newcomer_of_asynclimiter_is_timed_ahead_of_the_waiters(lib):

@@ -58,19 +58,20 @@ class Dispatcher:
     async def wait(self, amount: float, timeout: float | None) -> None:
         """Queues a request for amount tokens and returns once it is granted. TimeoutError at once,
         taking nothing, if it cannot be granted within timeout. Cancelled (or interrupted) while
-        queued, it leaves the queue; cancelled after its grant, it gives the tokens back."""
+        queued, it leaves the queue; cancelled after its grant, it gives the tokens back.
+
+        A newcomer queued behind a waiter of this loop runs no grant pass: the timer does, when the
+        loop gets to it. Were newcomers to grant an overdue timer's waiters while the loop is busy
+        (thousands arriving in one iteration), those tasks could resume only after that iteration,
+        all together: a burst over the bound where the server sees it."""
         owners, loop = self.owners, self.loop
         bucket = owners.bucket
         granted: asyncio.Future[None] = loop.create_future()
         ident = bucket._enqueue(amount, timeout, granted, self)
         try:
-            at, timer = self._timer_at, self._timer
-            # uvloop's loop.time() stands still while the loop runs callbacks: a precise timer, on
-            # CLOCK_MONOTONIC, is checked against that clock
-            if (at is None or not owners.queued_last
-                    or at <= (time.monotonic() if timer is not None and timer is self._precise else loop.time())):
+            if self._timer_at is None or not owners.queued_last:
                 first = self.dispatch()
-            else:  # queued last, behind a waiter of this loop not due yet: its timer stands
+            else:  # queued last, behind a waiter of this loop: its timer stands, even overdue (the loop busy)
                 first = None
             if granted.done() and first is not granted:
                 # granted in this same pass behind others (the loop ran late): their tasks, woken

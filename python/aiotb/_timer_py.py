@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 from typing import Any
 
+from ._bucket_py import _double
 from ._limits_py import MAX_SPAN
 
 _os: Any = os  # its timerfd functions and constants are Python 3.13+ (type checkers may target 3.11)
@@ -21,7 +23,7 @@ class PreciseTimer:
     __slots__ = ("_fd",)
 
     def __init__(self) -> None:
-        self._fd: int = _os.timerfd_create(_os.CLOCK_MONOTONIC, flags=_os.TFD_NONBLOCK | _os.TFD_CLOEXEC)
+        self._fd: int = _os.timerfd_create(time.CLOCK_MONOTONIC, flags=_os.TFD_NONBLOCK | _os.TFD_CLOEXEC)
 
     def __del__(self) -> None:
         self.close()
@@ -38,7 +40,7 @@ class PreciseTimer:
     def arm(self, at: float) -> None:
         """Fires at the first nanosecond of CLOCK_MONOTONIC that reads as at seconds (round half up,
         as the core reads a loop time) or later; at once if that has passed."""
-        seconds = float(at)
+        seconds = _double(at)
         if not (math.isfinite(seconds) and abs(seconds) < MAX_SPAN / 1e9):
             raise ValueError(f"at must be a finite CLOCK_MONOTONIC time in seconds, not {at!r}")
         fd = self._open_fd()
