@@ -217,10 +217,10 @@ def lateness(results: dict[str, Any], directory: Path) -> Path | None:
 
 
 def smooth_lateness(results: dict[str, Any], directory: Path) -> Path | None:
-    """Burst 1: the distribution of every grant's lateness, aiotb with and without its precise timer, one panel
-    per loop and rate."""
+    """Burst 1: the distribution of every grant's wake lateness (against the instant the bucket allowed it), aiotb
+    with and without its precise timer, one panel per loop and rate."""
     entries = [e for e in grouped(results["smooth"]) if e["competitor"] in SMOOTH_KEYS
-               and e["result"].get("lateness_quantiles_ms")]
+               and e["result"].get("wake_quantiles_ms")]
     loops = [loop for loop in ("asyncio", "uvloop") if any(e["loop"] == loop for e in entries)]
     if not loops:
         return None
@@ -235,8 +235,8 @@ def smooth_lateness(results: dict[str, Any], directory: Path) -> Path | None:
                 r = find(entries, loop, key, n=n, rate=rate)
                 if not r:
                     continue
-                earliest = min(earliest, r["lateness_quantiles_ms"][0])
-                axis.plot(r["lateness_quantiles_ms"], QUANTILES, STYLE.get(key, "-"), color=COLOURS.get(key),
+                earliest = min(earliest, r["wake_quantiles_ms"][0])
+                axis.plot(r["wake_quantiles_ms"], QUANTILES, STYLE.get(key, "-"), color=COLOURS.get(key),
                           label=label(results, key) + ("" if r.get("complete") else " (unfinished)"), linewidth=1.3)
             axis.axvline(SMOOTH_P99_MS, color="black", linewidth=0.8, linestyle=":",
                          label=f"target: p99 ≤ {SMOOTH_P99_MS:g} ms")
@@ -244,13 +244,13 @@ def smooth_lateness(results: dict[str, Any], directory: Path) -> Path | None:
             axis.set_xscale("symlog", linthresh=0.1)
             axis.set_xlim(left=min(-0.1, 2 * earliest))
             axis.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-            axis.set_xlabel("lateness of each grant against its ideal instant, ms (symlog)")
+            axis.set_xlabel("wake lateness: each grant against the instant the bucket allowed it, ms (symlog)")
             axis.set_ylabel("percentile of grants")
             axis.set_ylim(0, 100.5)
             axis.set_title(f"{loop}: N={n:,}, R={rate:,.0f}/s, burst 1 (a grant every {1e3 / rate:g} ms)", fontsize=10)
             axis.grid(alpha=0.3, which="both")
     _legend_below(figure, axes)
-    figure.suptitle("Smooth (burst 1): lateness of every grant (dotted: p99 and its target), aiotb by default\n"
+    figure.suptitle("Smooth (burst 1): wake lateness of every grant (dotted: p99 and its target), aiotb by default\n"
                     f"(precise timer) and with AIOTB_PRECISE_TIMER=0 (loop timer only)\n{_subtitle(results)}",
                     fontsize=11)
     return _save(figure, directory / "smooth_lateness.png")
