@@ -277,6 +277,10 @@ def _grant_stats(run: dict[str, Any], rate: float, burst: float) -> dict[str, An
     ideal = first + np.maximum(0, k - burst + 1) / rate
     lateness = granted - ideal
     steady = lateness[ideal - first >= STEADY_AFTER]
+    paced_steady = granted[ideal - first >= STEADY_AFTER]
+    if paced_steady.size > 1 and paced_steady[-1] > paced_steady[0]:  # the rate once the release is over
+        steady_rate = (paced_steady.size - 1) / (paced_steady[-1] - paced_steady[0])
+        out["steady_rate_error_pct"] = 100 * (steady_rate - rate) / rate
     out["lateness_ms"] = _summary(lateness)
     out["steady_lateness_ms"] = _summary(steady)
     out["lateness_quantiles_ms"] = (np.percentile(lateness, QUANTILES) * 1e3).tolist()
