@@ -13,7 +13,7 @@ import select
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from virtual_loop import VirtualClockLoop
@@ -48,37 +48,35 @@ def precise_or_skip(lib: Any) -> Any:
 
 # ---- the timer itself ----
 
-@pytest.mark.parametrize("PreciseTimer", _timer_classes())
-def test_fires_at_its_instant_once_and_consumes_the_news(PreciseTimer):
-    timer = PreciseTimer()
-    try:
-        fd = timer.fileno()
-        at = time.monotonic() + 0.05
-        timer.arm(at)
-        assert not readable(fd, 0) and not timer.expired()
-        assert readable(fd, 5.0)
-        assert time.monotonic() >= at  # never before its instant
-        assert timer.expired() is True
-        assert not readable(fd, 0) and timer.expired() is False
-    finally:
-        timer.close()
+@pytest.fixture(params=_timer_classes())
+def timer(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """An open precise timer of each implementation at hand, closed after the test."""
+    opened = request.param()
+    yield opened
+    opened.close()
 
 
-@pytest.mark.parametrize("PreciseTimer", _timer_classes())
-def test_an_instant_past_fires_at_once_and_a_later_arming_replaces_the_earlier(PreciseTimer):
-    timer = PreciseTimer()
-    try:
-        fd = timer.fileno()
-        timer.arm(0.0)  # long past (0 itself would disarm a timerfd: it is armed 1 ns after)
-        assert readable(fd, 5.0)
-        timer.arm(time.monotonic() + 3600)  # re-arming clears what had fired
-        assert not readable(fd, 0) and timer.expired() is False
-        timer.arm(time.monotonic() - 1)
-        assert readable(fd, 5.0)
-        timer.disarm()
-        assert not readable(fd, 0) and timer.expired() is False
-    finally:
-        timer.close()
+def test_fires_at_its_instant_once_and_consumes_the_news(timer):
+    fd = timer.fileno()
+    at = time.monotonic() + 0.05
+    timer.arm(at)
+    assert not readable(fd, 0) and not timer.expired()
+    assert readable(fd, 5.0)
+    assert time.monotonic() >= at  # never before its instant
+    assert timer.expired() is True
+    assert not readable(fd, 0) and timer.expired() is False
+
+
+def test_an_instant_past_fires_at_once_and_a_later_arming_replaces_the_earlier(timer):
+    fd = timer.fileno()
+    timer.arm(0.0)  # long past (0 itself would disarm a timerfd: it is armed 1 ns after)
+    assert readable(fd, 5.0)
+    timer.arm(time.monotonic() + 3600)  # re-arming clears what had fired
+    assert not readable(fd, 0) and timer.expired() is False
+    timer.arm(time.monotonic() - 1)
+    assert readable(fd, 5.0)
+    timer.disarm()
+    assert not readable(fd, 0) and timer.expired() is False
 
 
 @pytest.mark.parametrize("PreciseTimer", _timer_classes())
@@ -123,6 +121,18 @@ def _dispatcher(limiter: Any) -> Any:
     return limiter._owners.dispatchers[asyncio.get_running_loop()]
 
 
+async def order_of_grants(limiter: Any, n: int) -> list[int]:
+    """n tasks started at once, each through `async with limiter`: the order their blocks ran in."""
+    order: list[int] = []
+
+    async def one(k: int) -> None:
+        async with limiter:
+            order.append(k)
+
+    await asyncio.wait_for(asyncio.gather(*(one(k) for k in range(n))), 30)
+    return order
+
+
 def test_a_short_wait_is_timed_by_the_precise_timer_watched_only_while_armed(lib, run):
     PreciseTimer = precise_or_skip(lib)
 
@@ -151,14 +161,7 @@ def test_many_short_waits_are_granted_in_order_by_the_precise_timer(lib, run):
 
     async def main() -> tuple[list[int], int]:
         limiter = lib.Limiter(2000, 1, burst=1)
-        order: list[int] = []
-
-        async def one(k: int) -> None:
-            async with limiter:
-                order.append(k)
-
-        await asyncio.wait_for(asyncio.gather(*(one(k) for k in range(200))), 30)
-        return order, limiter.waiting
+        return await order_of_grants(limiter, 200), limiter.waiting
 
     order, waiting = run(main())
     assert order == list(range(200)) and waiting == 0
@@ -215,14 +218,7 @@ def test_a_loop_that_cannot_watch_descriptors_keeps_its_own_timer(lib, run_on):
 
     async def main() -> tuple[list[int], Any]:
         limiter = lib.Limiter(1000, 1, burst=1)
-        order: list[int] = []
-
-        async def one(k: int) -> None:
-            async with limiter:
-                order.append(k)
-
-        await asyncio.wait_for(asyncio.gather(*(one(k) for k in range(20))), 30)
-        return order, _dispatcher(limiter)
+        return await order_of_grants(limiter, 20), _dispatcher(limiter)
 
     order, dispatcher = run_on(NoReaders(), main())
     assert order == list(range(20))
