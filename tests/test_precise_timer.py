@@ -180,6 +180,27 @@ def test_a_long_wait_is_timed_by_the_loops_timer(lib, run):
     run(main())
 
 
+def test_a_big_bucket_keeps_the_loops_timer_until_set_rate_makes_it_small(lib, run):
+    precise_or_skip(lib)
+
+    async def main() -> None:
+        limiter = lib.Limiter(1000, 1, burst=100)  # fills in 100 ms: a late wake-up costs it nothing
+        await limiter.acquire(100)
+        waiter = asyncio.ensure_future(limiter.acquire())  # due in 1 ms
+        await asyncio.sleep(0)
+        dispatcher = _dispatcher(limiter)
+        assert dispatcher._timer is not None and dispatcher._precise is None  # the loop's own timer
+        await asyncio.wait_for(waiter, 5)
+        limiter.set_rate(1000, 1, burst=1)  # fills in 1 ms: every late wake-up would cost tokens
+        await limiter.acquire()
+        waiter = asyncio.ensure_future(limiter.acquire())
+        await asyncio.sleep(0)
+        assert dispatcher._precise is not None and dispatcher._timer is dispatcher._precise
+        await asyncio.wait_for(waiter, 5)
+
+    run(main())
+
+
 def test_a_virtual_clock_keeps_the_loops_timer_and_exact_virtual_time(lib):
     loop = VirtualClockLoop()
 

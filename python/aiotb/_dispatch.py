@@ -15,7 +15,10 @@ The one timer is the loop's own (``call_at``), whose millisecond resolution make
 to a millisecond late, except for a wait shorter than ``PRECISE_WITHIN`` on a loop whose clock is
 CLOCK_MONOTONIC and that watches file descriptors (asyncio's selector loops, uvloop): a Linux
 timerfd armed at the instant (``PreciseTimer``), watched with ``add_reader`` while armed, wakes
-the loop within tens of microseconds of it. A virtual or patched clock, a loop without
+the loop within tens of microseconds of it. Only for limits that a late wake-up would cost
+tokens (``Owners.precise``): a bucket that fills from empty within ``PRECISE_REFILL``, or a window.
+A bigger bucket keeps what a millisecond's lateness accrues, and one wake-up of the loop's timer
+grants it all at once, for far less CPU than a wake-up per grant. A virtual or patched clock, a loop without
 ``add_reader``, a missing timerfd or ``AIOTB_PRECISE_TIMER=0``: the loop's timer serves."""
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ if TYPE_CHECKING:
 
 CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution  # asyncio's _clock_resolution
 REARM_AFTER_EARLY_WAKE = 0.001  # s: uvloop rounds timer delays to whole ms, so a shorter one can fire at once
-PRECISE_WITHIN = 0.02  # s: a wait shorter than this is timed by the precise timer, where there is one
+PRECISE_WITHIN = 0.02  # s: a wait shorter than this is timed by the precise timer, where there is one...
+PRECISE_REFILL = 0.02  # s: ...if its bucket fills from empty faster than this (a late wake-up would cost it tokens)
 
 
 class Dispatcher:
@@ -178,7 +182,7 @@ class Dispatcher:
         """The precise timer, if at is too soon for the loop's own timer and this loop can use it
         (opened on first use)."""
         precise = self._precise
-        if precise is None and self._precise_tried:
+        if (precise is None and self._precise_tried) or not self.owners.precise:
             return None
         loop = self.loop
         if not is_monotonic_loop(loop) or at - time.monotonic() >= PRECISE_WITHIN:

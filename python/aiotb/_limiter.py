@@ -16,7 +16,7 @@ from typing import (Any, Awaitable, Callable, ClassVar, Coroutine, Generator, Na
 
 from . import _params
 from ._core import Bucket
-from ._dispatch import Dispatcher
+from ._dispatch import PRECISE_REFILL, Dispatcher
 from ._owners import Owners
 
 P = ParamSpec("P")
@@ -129,6 +129,13 @@ class Limiter(Bucket):
         self._window = window_ns is not None
         self._fair = fair
         self._owners = Owners(self, self._warn_on_reuse, queued_last=not smallest_first)
+        self._time_precisely()
+
+    def _time_precisely(self) -> None:
+        """Whether short waits want the precise timer: for a window, or a bucket that fills from empty
+        within PRECISE_REFILL, where a millisecond of lateness would cost tokens."""
+        refill_ns = min(r.burst * r.ns_per_token for r in self._rates)
+        self._owners.precise = self._window or refill_ns < PRECISE_REFILL * 1e9
 
     @property
     def rates(self) -> tuple[tuple[float, float, float], ...]:
@@ -207,6 +214,7 @@ class Limiter(Bucket):
             spec = _params.rate("", max_rate, period, old.burst if burst is None else burst)
             self._set_rate(i, spec.ns_per_token, spec.burst)
         self._rates = [*self._rates[:i], spec, *self._rates[i + 1:]]
+        self._time_precisely()
         self._settle()
 
     def pause_until(self, when: float) -> None:

@@ -75,7 +75,7 @@ class ThreadWaiter:
 class Owners:
     """The dispatchers and blocked threads of one limiter (``bucket``)."""
 
-    __slots__ = ("_bucket", "dispatchers", "sleepers", "last", "warn_on_reuse", "queued_last")
+    __slots__ = ("_bucket", "dispatchers", "sleepers", "last", "warn_on_reuse", "queued_last", "precise")
 
     def __init__(self, bucket: Bucket, warn_on_reuse: bool, queued_last: bool) -> None:
         self._bucket: weakref.ref[Bucket] = weakref.ref(bucket)  # weak: no cycle keeps a limiter alive
@@ -84,6 +84,7 @@ class Owners:
         self.sleepers: set[ThreadWaiter] = set()  # threads blocked in acquire_blocking
         self.last: Dispatcher | None = None  # the dispatcher used last: the one of the only loop, mostly
         self.warn_on_reuse: bool = warn_on_reuse
+        self.precise: bool = True  # short waits want the precise timer: a late wake-up would cost the limits tokens
 
     @property
     def bucket(self) -> Bucket:
