@@ -13,6 +13,7 @@ import select
 import subprocess
 import sys
 import time
+import weakref
 from typing import Any, Iterator
 
 import pytest
@@ -270,6 +271,33 @@ def test_a_closed_loops_dispatcher_closes_its_precise_timer(lib):
 
     asyncio.run(second_loop())
     assert precise.closed
+
+
+def test_a_precise_timer_firing_after_its_limiter_is_gone_closes(lib, run):
+    precise_or_skip(lib)
+
+    class Gone:
+        pass
+
+    async def main() -> None:
+        limiter = lib.Limiter(1000, 1, burst=1)
+        await limiter.acquire()
+        await asyncio.wait_for(limiter.acquire(), 5)
+        dispatcher = _dispatcher(limiter)
+        dispatcher._arm(time.monotonic() + 0.002, None)  # as a pass would, for a waiter to come
+        precise = dispatcher._precise
+        assert precise is not None and dispatcher._timer is precise
+        alive, gone = dispatcher.owners._bucket, Gone()
+        dispatcher.owners._bucket = weakref.ref(gone)
+        del gone  # the limiter, as its dispatcher sees it, is collected
+        try:
+            assert readable(precise.fileno(), 5.0)
+            dispatcher._on_precise()
+            assert precise.closed and dispatcher._precise is None and dispatcher._timer is None
+        finally:
+            dispatcher.owners._bucket = alive
+
+    run(main())
 
 
 def test_a_spurious_wake_up_runs_no_pass(lib, run):

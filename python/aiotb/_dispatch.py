@@ -260,8 +260,8 @@ class Dispatcher:
         woke_for, self._timer_at = self._timer_at, None  # still watched: the pass re-arms it or stops it
         try:
             self.dispatch(woke_for, reached=True)
-        except ReferenceError:
-            pass
+        except ReferenceError:  # the limiter is gone: the loop stops watching, the descriptor closes
+            self.close()
 
     def _on_wake(self) -> None:
         self._wake_pending = False
