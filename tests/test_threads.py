@@ -321,7 +321,7 @@ def test_a_grant_posted_during_the_loops_own_pass_is_resolved_by_it(lib):
 
     class Interleaved(limiter_class):  # type: ignore[misc, valid-type]
         def _grant_due(self, at: float | None, owner: object) -> Any:
-            if not interleaved and self.waiting == 2:  # the newcomer's pass: another owner's runs first
+            if not interleaved and self.waiting == 2:  # the loop's pass, both queued: another owner's runs first
                 interleaved.append(True)
                 self._owners._grant_due_from(object())
             return super()._grant_due(at, owner)
@@ -330,7 +330,7 @@ def test_a_grant_posted_during_the_loops_own_pass_is_resolved_by_it(lib):
     loop = asyncio.new_event_loop()
     try:
         first = queued_on_a_paused_loop(limiter, loop)  # 1 token: due in 0.1 s
-        time.sleep(0.2)  # its timer is due; the newcomer's pass runs before it fires
+        time.sleep(0.2)  # its timer is due: the loop's next iteration runs its pass
         second = loop.create_task(limiter.acquire(5))  # due 0.4 s or more later: never within this test's pass
         loop.run_until_complete(asyncio.sleep(0))
         assert interleaved and first.done() and not second.done()
