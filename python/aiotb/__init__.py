@@ -2,8 +2,8 @@
 
 from ._core import IMPLEMENTATION
 from ._keyed import KeyedLimiter
-from ._limiter import AsyncLimiter, LimitDecorator, Limiter, LimiterStats, Reservation, WindowLimiter
+from ._limiter import AsyncLimiter, LimitDecorator, Limiter, LimiterStats, Reservation, Slot, WindowLimiter
 
 __all__ = ["AsyncLimiter", "IMPLEMENTATION", "KeyedLimiter", "LimitDecorator", "Limiter", "LimiterStats",
-           "Reservation", "WindowLimiter"]
+           "Reservation", "Slot", "WindowLimiter"]
 __version__ = "0.1.0"

@@ -170,6 +170,7 @@ class Bucket:
 
     # provided by the subclass (aiotb._limiter.Limiter)
     _wait: Callable[[float, float | None], Awaitable[None]]  # the wait of a request that cannot be granted now
+    _wait_to_hold: Callable[[float], Awaitable[None]]  # the same for `async with` on a window, which holds the grant
     _over_capacity: Callable[[object], BaseException]  # the error for an amount above the largest grant
     _drop_closed: Callable[[], None]  # drops the waiters of closed loops
 
@@ -283,12 +284,28 @@ class Bucket:
     # ---- the hot path ----
 
     def __aenter__(self) -> Awaitable[None]:
-        """Takes one token: returns a done awaitable, or the wait for it."""
+        """Takes one token: returns a done awaitable, or the wait for it; a window holds the token
+        until __aexit__."""
         if not self._configured:
             self._not_configured()
-        if self._take(1.0):
+        if self._take_to_hold(1.0):
             return READY
+        if self._holds_grants():
+            return self._wait_to_hold(self._default_amount())
         return self._wait(self._default_amount(), None)
+
+    def _holds_grants(self) -> bool:
+        """Whether the grants of `async with` are held until its block exits: a window's are."""
+        return self._core.limits.window.period != 0
+
+    @_locked
+    def _take_to_hold(self, amount: float) -> bool:
+        """Takes amount tokens now if a newcomer may, held if this is a window."""
+        if not self._core.take(amount, self._now()):
+            return False
+        if self._holds_grants():
+            self._core.hold(amount)
+        return True
 
     @_locked
     def _take(self, amount: float) -> bool:
@@ -296,7 +313,9 @@ class Bucket:
         return self._core.take(amount, self._now())
 
     def __aexit__(self, *exc_info: object) -> Awaitable[None]:
-        """Gives nothing back: tokens pace starts."""
+        """A window's held token leaves it a period from now; else gives nothing back, as tokens pace starts."""
+        if self._configured and self._holds_grants():
+            self._end_hold(1.0)
         return READY
 
     def acquire(self, amount: float = _DEFAULT_AMOUNT, timeout: float | None = None) -> Coroutine[Any, Any, None]:
@@ -414,6 +433,19 @@ class Bucket:
         """Gives back tokens granted to a waiter that never used them."""
         x = _double(amount)
         self._core.refund(x, self._configured_now())
+
+    @_locked
+    def _hold(self, amount: float) -> None:
+        """Holds a grant of amount just taken until _end_hold (a window's; nothing for a bucket)."""
+        if not self._configured:
+            self._not_configured()
+        self._core.hold(_double(amount))
+
+    @_locked
+    def _end_hold(self, amount: float) -> None:
+        """A held grant of amount is done with: it leaves the window a period from now."""
+        x = _double(amount)
+        self._core.end_hold(x, self._configured_now())
 
     @_locked
     def _reserve(self, amount: float, handle: object, owner: object) -> tuple[int, float]:

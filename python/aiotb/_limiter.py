@@ -7,6 +7,7 @@ to the dispatcher of the running loop. Cold parameters are checked here, once (`
 from __future__ import annotations
 
 import asyncio
+import datetime
 import functools
 import inspect
 import time
@@ -40,6 +41,38 @@ class LimitDecorator(Protocol):
     """What ``limiter.limit(amount)`` returns: a decorator of async functions that keeps their signature."""
 
     def __call__(self, func: Callable[P, Awaitable[R]], /) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+
+class Slot:
+    """``async with limiter.slot(amount):``: takes ``amount`` tokens on entry; a window holds them
+    until the block exits, so a request sent anywhere inside it counts in every window it may
+    reach the server in."""
+
+    __slots__ = ("_limiter", "_amount", "_held")
+
+    def __init__(self, limiter: Limiter, amount: float) -> None:
+        self._limiter = limiter
+        self._amount = amount
+        self._held = False
+
+    async def __aenter__(self) -> None:
+        limiter = self._limiter
+        await limiter.acquire(self._amount)
+        if limiter._window:
+            limiter._hold(self._amount)
+            self._held = True
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Ends the hold now, before the block exits (say, once a response is read); once only."""
+        if self._held:
+            self._held = False
+            self._limiter._end_hold(self._amount)
+
+    def __repr__(self) -> str:
+        return f"<Slot of {self._amount!r} on {self._limiter!r}>"
 
 
 class Reservation:
@@ -177,7 +210,8 @@ class Limiter(Bucket):
 
     def limit(self, amount: float | Callable[..., float] = 1) -> LimitDecorator:
         """A decorator: every call takes ``amount`` tokens first, or ``amount(*args, **kwargs)``
-        when amount is callable (say, the tokens of an LLM prompt)."""
+        when amount is callable (say, the tokens of an LLM prompt); a window holds them until the
+        call returns, as ``slot``."""
         if not callable(amount):
             self.acquire(amount).close()  # checks the amount now; takes nothing
 
@@ -187,12 +221,24 @@ class Limiter(Bucket):
 
             @functools.wraps(func)
             async def limited(*args: P.args, **kwargs: P.kwargs) -> R:
-                await self.acquire(amount(*args, **kwargs) if callable(amount) else amount)
-                return await func(*args, **kwargs)
+                tokens = amount(*args, **kwargs) if callable(amount) else amount
+                if not self._window:
+                    await self.acquire(tokens)
+                    return await func(*args, **kwargs)
+                async with Slot(self, tokens):
+                    return await func(*args, **kwargs)
 
             return limited
 
         return decorate
+
+    def slot(self, amount: float = 1) -> Slot:
+        """``async with limiter.slot(amount):`` takes ``amount`` tokens on entry, as ``acquire``. A
+        window holds them until the block exits: they count in every window from the grant until
+        ``time_period`` after the exit, wherever inside the block the request reaches the server.
+        A bucket paces grants and gives nothing back."""
+        self.acquire(amount).close()  # checks the amount now; takes nothing
+        return Slot(self, float(amount))
 
     def set_rate(self, max_rate: float, time_period: float | None = None, *, burst: float | None = None,
                  index: int = 0) -> None:
@@ -228,6 +274,14 @@ class Limiter(Bucket):
         loop = asyncio.events._get_running_loop()
         self.pause_until((loop.time() if loop is not None else time.monotonic()) + span)
 
+    def retry_after(self, value: str | bytes | float) -> float:
+        """Grants nothing until a server's ``Retry-After`` has passed: ``value`` is the header's
+        value (delta-seconds, or an HTTP date, which is read against this host's wall clock; a
+        past date pauses nothing), or a number of seconds. Returns the seconds paused."""
+        span = _params.retry_after(value, datetime.datetime.now(datetime.timezone.utc))
+        self.penalize(span)
+        return span
+
     def acquire_blocking(self, amount: float = 1, timeout: float | None = None) -> None:
         """Blocks the calling thread until ``amount`` tokens are granted, in the same queue as the
         tasks of every loop; TimeoutError at once, taking nothing, if they cannot come within
@@ -241,13 +295,18 @@ class Limiter(Bucket):
             self._owners.wait_blocking(float(amount), None if timeout is None else float(timeout))
 
     def __enter__(self) -> None:
-        """``with limiter:`` in a thread takes one token, blocking until it comes (see acquire_blocking)."""
+        """``with limiter:`` in a thread takes one token, blocking until it comes (see acquire_blocking);
+        a window holds it until the block exits."""
         if events._get_running_loop() is not None:
             raise RuntimeError("`with limiter:` would block the running event loop; use `async with limiter:`")
         self.acquire_blocking()
+        if self._window:
+            self._hold(1.0)
 
     def __exit__(self, *exc_info: object) -> None:
-        """Gives nothing back: tokens pace starts."""
+        """A window's token leaves it ``time_period`` from now; a bucket gives nothing back."""
+        if self._window:
+            self._end_hold(1.0)
 
     def reserve(self, amount: float = 1) -> Reservation:
         """Takes a place in the queue now and says when it will be granted: ``r.delay``
@@ -269,6 +328,11 @@ class Limiter(Bucket):
     def _wait(self, amount: float, timeout: float | None) -> Coroutine[Any, Any, None]:
         """The wait of a request the engine could not grant at once, on the running loop."""
         return self._owners.dispatcher().wait(amount, timeout)
+
+    async def _wait_to_hold(self, amount: float) -> None:
+        """The wait of ``async with`` on a window: the grant is held until ``__aexit__``."""
+        await self._owners.dispatcher().wait(amount, None)
+        self._hold(amount)
 
     def _over_capacity(self, amount: object) -> Exception:
         """The error for an amount no single grant can take."""

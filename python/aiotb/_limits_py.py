@@ -65,19 +65,23 @@ class Grant:
 
 
 class Window:
-    """tb_window: at most limit tokens granted in any [t, t + period); period 0: no window."""
+    """tb_window: at most limit tokens granted in any [t, t + period); period 0: no window. A grant
+    held while in use is inside every window until its hold ends, then logged as of that instant."""
 
-    __slots__ = ("period", "limit", "log")
+    __slots__ = ("period", "limit", "log", "held", "holds")
 
     def __init__(self, period: int = 0, limit: float = 0.0) -> None:
         self.period = period
         self.limit = limit
         self.log: list[Grant] = []  # grants that may still be inside a window, oldest first
+        self.held = 0.0  # tokens of the grants held, inside every window until their holds end
+        self.holds = 0  # how many grants are held: held is 0 exactly when none is
 
     def copy(self) -> Window:
         """A copy owning a copy of the log."""
         twin = Window(self.period, self.limit)
         twin.log = [Grant(grant.at, grant.amount) for grant in self.log]
+        twin.held, twin.holds = self.held, self.holds
         return twin
 
 
@@ -173,8 +177,8 @@ def _holding(r: Rate, tokens: float, now: int) -> int:
 # ---- the window: a log of grants, oldest first ----
 
 def _window_used(w: Window, t: int) -> float:
-    """Tokens of the logged grants still inside the window that ends at t."""
-    used = 0.0
+    """Tokens of the grants inside the window that ends at t: the held ones, and the logged ones newer than t - period."""
+    used = w.held
     for grant in w.log:
         if grant.at > t - w.period:
             used += grant.amount
@@ -187,14 +191,15 @@ def _window_fits(w: Window, amount: float, t: int) -> bool:
 
 
 def _window_fit_at(w: Window, amount: float, t: int) -> int:
-    """First instant >= t at which amount more fits in the window: when enough old grants have left it."""
+    """First instant >= t at which amount more fits in the window: when enough old grants have left it,
+    the held ones leaving at t + period should their holds end at t."""
     if _window_fits(w, amount, t):
         return t
     for grant in w.log:  # a grant leaves the window at its at + period
         leaves = grant.at + w.period
         if leaves > t and _window_fits(w, amount, leaves):
             return leaves
-    return NEVER  # only for amount > limit
+    return t + w.period if amount <= w.limit else NEVER  # every logged grant is out by then
 
 
 def _window_forget(w: Window, now: int) -> None:
@@ -222,6 +227,31 @@ def _window_unrecord(w: Window, amount: float) -> None:
         if grant.amount == amount:
             del w.log[i]
             return
+
+
+def _window_hold(w: Window, amount: float) -> None:
+    """Moves amount of the newest logged grants into the held ones."""
+    if w.period == 0:
+        return
+    w.held += amount
+    w.holds += 1
+    log = w.log
+    while amount > 0 and log:
+        newest = log[-1]
+        if newest.amount > amount:
+            newest.amount -= amount
+            return
+        amount -= newest.amount
+        log.pop()
+
+
+def _window_end_hold(w: Window, amount: float, now: int) -> None:
+    """Ends a hold of amount at now, logging it then; nothing if no grant is held."""
+    if w.holds == 0:
+        return
+    w.holds -= 1
+    w.held = 0.0 if w.holds == 0 or amount > w.held else w.held - amount
+    _window_record(w, amount, now)
 
 
 # ---- every limit at once ----
@@ -423,6 +453,20 @@ class Limits:
         _window_unrecord(self.window, amount)
         _debug_check(self)
 
+    def hold(self, amount: float) -> None:
+        """Holds a grant of amount just taken while it is in use: the window's newest logged grants, up
+        to amount, count until its hold ends instead (a window only; stricter, never looser, should
+        another grant be newer than it)."""
+        _window_hold(self.window, amount)
+        _debug_check(self)
+
+    def end_hold(self, amount: float, now: int) -> None:
+        """Ends the hold of a grant of amount at now: it leaves the window at now + period (nothing if
+        no grant is held)."""
+        self.anchor(now)
+        _window_end_hold(self.window, amount, now)
+        _debug_check(self)
+
     # ---- projection ----
 
     def projection(self, ahead: Ahead, amount: float, now: int) -> int:
@@ -453,7 +497,8 @@ class Limits:
         ending at now, no pause after now (true before the first reading)."""
         if not self.anchored:
             return True
-        if self.paused_until > now or (self.window.period and _window_used(self.window, now) > 0):
+        if self.paused_until > now or self.window.holds > 0 or (
+                self.window.period and _window_used(self.window, now) > 0):
             return False
         return all(_debt(f, now) <= 0 for f in self.state)
 
@@ -519,7 +564,10 @@ class Limits:
                 return 1
         if self.max_amount != _most_grantable(self):
             return 1
-        log = self.window.log
+        w = self.window
+        if not w.held >= 0 or (w.holds == 0 and w.held != 0):
+            return 10
+        log = w.log
         for i in range(1, len(log)):
             if log[i].at < log[i - 1].at or not _positive(log[i].amount):
                 return 10

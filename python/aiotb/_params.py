@@ -7,8 +7,11 @@ engine itself, on every call."""
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import math
 import numbers
+import re
 from typing import NamedTuple, Sequence, cast
 
 from ._core import MAX_SPAN
@@ -144,3 +147,27 @@ def seconds(name: str, value: object) -> float:
     if not (span >= 0 and math.isfinite(span)):
         raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
     return span
+
+
+_DELTA_SECONDS = re.compile(r"[0-9]+(\.[0-9]+)?")
+
+
+def retry_after(value: object, wall_now: datetime.datetime) -> float:
+    """The seconds a ``Retry-After`` value asks to wait: a header value (delta-seconds, or an HTTP
+    date, taken against wall_now, 0 if past), or a number of seconds; TypeError/ValueError."""
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).decode("latin-1")
+    if not isinstance(value, str):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"value must be a Retry-After header value or a number of seconds, got {value!r}")
+        return seconds("value", value)
+    text = value.strip()
+    if _DELTA_SECONDS.fullmatch(text):
+        return seconds("value", float(text))
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        raise ValueError(f"value must be delta-seconds or an HTTP date, got {value!r}") from None
+    if when.tzinfo is None:  # "-0000": UTC, as HTTP dates are
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, (when - wall_now).total_seconds())

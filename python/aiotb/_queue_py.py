@@ -393,6 +393,14 @@ class Bucket:
         self.stats.cancelled += 1
         _debug_check(self)
 
+    def hold(self, amount: float) -> None:
+        """Holds a grant of amount just taken while it is in use (see Limits.hold)."""
+        self.limits.hold(amount)
+
+    def end_hold(self, amount: float, now: int) -> None:
+        """Ends the hold of a grant of amount at now (see Limits.end_hold)."""
+        self.limits.end_hold(amount, now)
+
     # ---- changes ----
 
     def set_late_credit(self, tokens: float) -> None:

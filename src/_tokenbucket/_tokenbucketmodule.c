@@ -125,7 +125,14 @@ static void bucket_dealloc(PyObject *op)
 
 /* ---- Bucket: the hot path ---- */
 
-// __aenter__(): the ready awaitable if a token is granted now, else the limiter's wait.
+// Whether the grants of `async with` are held until its block exits: a window's are.
+static inline bool holds_grants(const BucketObject *self)
+{
+    return self->core.limits.window.period != 0;
+}
+
+// __aenter__(): the ready awaitable if a token is granted now, else the limiter's wait; a window
+// holds the token until __aexit__.
 FLATTEN static PyObject *bucket_aenter(PyObject *op, PyObject *Py_UNUSED(ignored))
 {
     BucketObject *self = (BucketObject *)op;
@@ -134,19 +141,30 @@ FLATTEN static PyObject *bucket_aenter(PyObject *op, PyObject *Py_UNUSED(ignored
         return not_configured(self), NULL;
     if (bucket_now(self, &now) < 0)
         return NULL;
-    if (tb_take(&self->core, 1.0, now))
+    if (tb_take(&self->core, 1.0, now)) {
+        if (holds_grants(self))
+            tb_hold(&self->core, 1.0);
         return Py_NewRef(self->state->ready);
+    }
     double amount;
     if (default_amount(self, &amount) < 0)
         return NULL;
-    return wait_for_grant(self, amount, Py_None);
+    return holds_grants(self) ? wait_to_hold(self, amount) : wait_for_grant(self, amount, Py_None);
 }
 
-// __aexit__(*exc_info): nothing to give back; tokens pace starts, not durations.
+// __aexit__(*exc_info): a window's held token leaves it a period from now; else nothing to give
+// back, as tokens pace starts, not durations.
 static PyObject *bucket_aexit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
+    BucketObject *self = (BucketObject *)op;
     (void)args, (void)nargs;
-    return Py_NewRef(((BucketObject *)op)->state->ready);
+    if (self->configured && holds_grants(self)) {
+        tb_ns now;
+        if (bucket_now(self, &now) < 0)
+            return NULL;
+        tb_end_hold(&self->core, 1.0, now);
+    }
+    return Py_NewRef(self->state->ready);
 }
 
 // acquire(amount=1, timeout=None): an awaitable that takes the tokens when awaited. Arguments are checked now.
@@ -400,6 +418,33 @@ static PyObject *bucket_refund(PyObject *op, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+// _hold(amount): holds a grant of amount just taken until _end_hold (a window's; nothing for a bucket).
+static PyObject *bucket_hold(PyObject *op, PyObject *arg)
+{
+    BucketObject *self = (BucketObject *)op;
+    double amount = PyFloat_AsDouble(arg);
+    if (amount == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (!self->configured)
+        return not_configured(self), NULL;
+    tb_hold(&self->core, amount);
+    Py_RETURN_NONE;
+}
+
+// _end_hold(amount): a held grant of amount is done with: it leaves the window a period from now.
+static PyObject *bucket_end_hold(PyObject *op, PyObject *arg)
+{
+    BucketObject *self = (BucketObject *)op;
+    double amount = PyFloat_AsDouble(arg);
+    if (amount == -1.0 && PyErr_Occurred())
+        return NULL;
+    tb_ns now;
+    if (configured_now(self, &now) < 0)
+        return NULL;
+    tb_end_hold(&self->core, amount, now);
+    Py_RETURN_NONE;
+}
+
 // _reserve(amount, handle, owner) -> (id, ready_at): queues a waiter of owner promised its projected grant.
 static PyObject *bucket_reserve(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -539,7 +584,7 @@ static PyObject *bucket_init_subclass(PyObject *cls, PyObject *Py_UNUSED(ignored
 static PyMethodDef bucket_methods[] = {
     {"__init_subclass__", bucket_init_subclass, METH_CLASS | METH_NOARGS, "__init_subclass__($cls, /)\n--\n\nGives the new class its own descriptor of each method it inherits unchanged."},
     {"__aenter__", bucket_aenter, METH_NOARGS, "__aenter__($self, /)\n--\n\nTakes one token: returns a done awaitable, or the wait for it."},
-    {"__aexit__", (PyCFunction)(void (*)(void))bucket_aexit, METH_FASTCALL, "__aexit__($self, /, *exc_info)\n--\n\nGives nothing back: tokens pace starts."},
+    {"__aexit__", (PyCFunction)(void (*)(void))bucket_aexit, METH_FASTCALL, "__aexit__($self, /, *exc_info)\n--\n\nA window's token leaves it a period from now; else gives nothing back."},
     {"acquire", (PyCFunction)(void (*)(void))bucket_acquire, METH_FASTCALL | METH_KEYWORDS, "acquire($self, /, amount=1, timeout=None)\n--\n\nWaits for amount tokens, taken when awaited; TimeoutError at once if they cannot come within timeout."},
     {"try_acquire", (PyCFunction)(void (*)(void))bucket_try_acquire, METH_FASTCALL | METH_KEYWORDS, "try_acquire($self, /, amount=1)\n--\n\nTakes amount tokens now if a newcomer may, else returns False."},
     {"has_capacity", (PyCFunction)(void (*)(void))bucket_has_capacity, METH_FASTCALL | METH_KEYWORDS, "has_capacity($self, /, amount=1)\n--\n\nWhether acquire(amount) would go through now; takes nothing."},
@@ -550,6 +595,8 @@ static PyMethodDef bucket_methods[] = {
     {"_grant_due", (PyCFunction)(void (*)(void))bucket_grant_due, METH_FASTCALL, NULL},
     {"_next_due", bucket_next_due, METH_NOARGS, NULL},
     {"_refund", bucket_refund, METH_O, NULL},
+    {"_hold", bucket_hold, METH_O, NULL},
+    {"_end_hold", bucket_end_hold, METH_O, NULL},
     {"_reserve", (PyCFunction)(void (*)(void))bucket_reserve, METH_FASTCALL, NULL},
     {"_withdraw_stranded", bucket_withdraw_stranded, METH_NOARGS, NULL},
     {"_set_rate", bucket_set_rate, METH_VARARGS, NULL},
@@ -652,6 +699,7 @@ static int tokenbucket_exec(PyObject *module)
         return -1;
     st->str_time = PyUnicode_InternFromString("time");
     st->str_wait = PyUnicode_InternFromString("_wait");
+    st->str_wait_to_hold = PyUnicode_InternFromString("_wait_to_hold");
     st->str_over_capacity = PyUnicode_InternFromString("_over_capacity");
     st->str_throw = PyUnicode_InternFromString("throw");
     st->str_close = PyUnicode_InternFromString("close");
@@ -659,7 +707,7 @@ static int tokenbucket_exec(PyObject *module)
     st->str_drop_closed = PyUnicode_InternFromString("_drop_closed");
     st->str_seen = PyUnicode_InternFromString("aiotb._tokenbucket.seen");
     if (!st->ready || !st->get_running_loop || !st->is_monotonic_loop || !st->real_type || !st->str_time ||
-        !st->str_wait || !st->str_over_capacity || !st->str_throw || !st->str_close || !st->str_done ||
+        !st->str_wait || !st->str_wait_to_hold || !st->str_over_capacity || !st->str_throw || !st->str_close || !st->str_done ||
         !st->str_drop_closed || !st->str_seen)
         return -1;
 #ifdef AIOTB_HAS_PRECISE_TIMER
@@ -713,6 +761,7 @@ static int tokenbucket_clear(PyObject *module)
     proof_clear(&st->latest);
     Py_CLEAR(st->str_time);
     Py_CLEAR(st->str_wait);
+    Py_CLEAR(st->str_wait_to_hold);
     Py_CLEAR(st->str_over_capacity);
     Py_CLEAR(st->str_throw);
     Py_CLEAR(st->str_close);

@@ -111,10 +111,10 @@ static tb_grant *log_at(const tb_window *w, uint32_t i)
     return &w->log[(w->log_first + i) % w->log_capacity];
 }
 
-// Tokens of the logged grants still inside the window that ends at t (they are newer than t - period).
+// Tokens of the grants inside the window that ends at t: the held ones, and the logged ones newer than t - period.
 static double window_used(const tb_window *w, tb_ns t)
 {
-    double used = 0;
+    double used = w->held;
     for (uint32_t i = 0; i < w->log_count; i++) {
         const tb_grant *g = log_at(w, i);
         if (g->at > t - w->period)
@@ -129,7 +129,8 @@ static bool window_fits(const tb_window *w, double amount, tb_ns t)
     return w->period == 0 || window_used(w, t) + amount <= w->limit;
 }
 
-// First instant >= t at which amount more fits in the window: when enough old grants have left it.
+// First instant >= t at which amount more fits in the window: when enough old grants have left it,
+// the held ones leaving at t + period should their holds end at t.
 static tb_ns window_fit_at(const tb_window *w, double amount, tb_ns t)
 {
     if (window_fits(w, amount, t))
@@ -139,7 +140,7 @@ static tb_ns window_fit_at(const tb_window *w, double amount, tb_ns t)
         if (leaves > t && window_fits(w, amount, leaves))
             return leaves;
     }
-    return TB_NEVER;  /* only for amount > limit */
+    return amount <= w->limit ? t + w->period : TB_NEVER;  /* every logged grant is out by then */
 }
 
 // Drops the grants that no window ending at now or later can see.
@@ -190,6 +191,34 @@ static void window_unrecord(tb_window *w, double amount)
         w->log_count--;
         return;
     }
+}
+
+// Moves amount of the newest logged grants into the held ones.
+static void window_hold(tb_window *w, double amount)
+{
+    if (w->period == 0)
+        return;
+    w->held += amount;
+    w->holds++;
+    while (amount > 0 && w->log_count > 0) {
+        tb_grant *newest = log_at(w, w->log_count - 1);
+        if (newest->amount > amount) {
+            newest->amount -= amount;
+            return;
+        }
+        amount -= newest->amount;
+        w->log_count--;
+    }
+}
+
+// Ends a hold of amount at now, logging it then; nothing if no grant is held.
+static void window_end_hold(tb_window *w, double amount, tb_ns now)
+{
+    if (w->holds == 0)
+        return;
+    w->holds--;
+    w->held = w->holds == 0 || amount > w->held ? 0 : w->held - amount;
+    window_record(w, amount, now);
 }
 
 /* ---- every limit at once ---- */
@@ -384,6 +413,19 @@ void tb_limits_refund(tb_limits *l, double amount, tb_ns now)
     debug_check(l);
 }
 
+void tb_limits_hold(tb_limits *l, double amount)
+{
+    window_hold(&l->window, amount);
+    debug_check(l);
+}
+
+void tb_limits_end_hold(tb_limits *l, double amount, tb_ns now)
+{
+    tb_limits_anchor(l, now);
+    window_end_hold(&l->window, amount, now);
+    debug_check(l);
+}
+
 /* ---- projection ---- */
 
 // Grant instant of amount behind the amounts ahead, found by granting them in order on a copy of the limits.
@@ -443,7 +485,7 @@ bool tb_limits_full(const tb_limits *l, tb_ns now)
 {
     if (!l->anchored)
         return true;
-    if (l->paused_until > now || (l->window.period && window_used(&l->window, now) > 0))
+    if (l->paused_until > now || l->window.holds > 0 || (l->window.period && window_used(&l->window, now) > 0))
         return false;
     for (uint32_t i = 0; i < l->nrates; i++)
         if (debt(l->state[i], now) > 0)
@@ -523,6 +565,8 @@ int tb_limits_check(const tb_limits *l)
         return 1;
     const tb_window *w = &l->window;
     if (w->period && (w->log_count > w->log_capacity || w->log_first >= w->log_capacity))
+        return 10;
+    if (!(w->held >= 0) || (w->holds == 0 && w->held != 0))
         return 10;
     for (uint32_t i = 1; i < w->log_count; i++)
         if (log_at(w, i)->at < log_at(w, i - 1)->at || !positive(log_at(w, i)->amount))

@@ -51,12 +51,16 @@ typedef struct {
     double amount;
 } tb_grant;
 
-/* A strict sliding window: at most limit tokens granted in any [t, t + period). */
+/* A strict sliding window: at most limit tokens granted in any [t, t + period). A grant may be held
+ * while in use: it is inside every window until its hold ends, then logged as of that instant, so it
+ * counts from its grant until period after its hold ends, wherever between the two it is used. */
 typedef struct {
     tb_ns period;         /* 0: no window */
     double limit;
     tb_grant *log;        /* ring of the grants that may still be inside a window, oldest first */
     uint32_t log_capacity, log_first, log_count;
+    double held;          /* tokens of the grants held, inside every window until their holds end */
+    uint64_t holds;       /* how many grants are held: held is 0 exactly when none is */
 } tb_window;
 
 typedef struct {
@@ -98,7 +102,8 @@ void tb_limits_anchor(tb_limits *l, tb_ns now);
 double tb_limits_tokens(tb_limits *l, tb_ns now);
 /* Whether every limit grants amount at now. */
 bool tb_limits_fits(tb_limits *l, double amount, tb_ns now);
-/* The first instant >= t at which every limit grants amount; TB_NEVER only for amount > max_amount. */
+/* The first instant >= t at which every limit grants amount, should every hold end at t
+ * (the earliest they can be); TB_NEVER only for amount > max_amount. */
 tb_ns tb_limits_fit_at(tb_limits *l, double amount, tb_ns t);
 /* The instant a grant of amount that fits at now is taken as of: the first instant it fitted, but
  * not before late_credit (of a token of the fastest rate) before now. */
@@ -109,6 +114,13 @@ void tb_limits_take(tb_limits *l, double amount, tb_ns rates_at, tb_ns now);
 bool tb_limits_take_now(tb_limits *l, double amount, tb_ns now);
 /* Gives back amount tokens granted earlier and never used. */
 void tb_limits_refund(tb_limits *l, double amount, tb_ns now);
+/* Holds a grant of amount just taken while it is in use: the window's newest logged grants, up to
+ * amount, count until its release instead (a window only; stricter, never looser, should another
+ * grant be newer than it). */
+void tb_limits_hold(tb_limits *l, double amount);
+/* Ends the hold of a grant of amount at now: it leaves the window at now + period (nothing if no
+ * grant is held). */
+void tb_limits_end_hold(tb_limits *l, double amount, tb_ns now);
 /* The instant amount is granted behind the amounts ahead, granted in order as soon as each fits,
  * if nothing else changes: exact, but with one rate and 64 or more amounts ahead a bound, never
  * early and at most a tick per amount ahead late; TB_NEVER if that is at 2^58 ns or later, or if

@@ -393,6 +393,16 @@ void tb_refund(tb_bucket *b, double amount, tb_ns now)
     debug_check(b);
 }
 
+void tb_hold(tb_bucket *b, double amount)
+{
+    tb_limits_hold(&b->limits, amount);
+}
+
+void tb_end_hold(tb_bucket *b, double amount, tb_ns now)
+{
+    tb_limits_end_hold(&b->limits, amount, now);
+}
+
 /* ---- changes ---- */
 
 void tb_set_late_credit(tb_bucket *b, double tokens)

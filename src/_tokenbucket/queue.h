@@ -4,7 +4,7 @@
  * allows it; a newcomer takes free tokens at once unless it must queue behind them. A waiter is the
  * caller's opaque handle, never dereferenced nor owned. Like the limits, the bucket reads no clock:
  * every operation takes the caller's now. It reaches the limits only through limits.h's fit_at,
- * credited_at, take, take_now, refund, tokens, projection and full (and passes changes on), so the
+ * credited_at, take, take_now, refund, hold, end_hold, tokens, projection and full (and passes changes on), so the
  * same queue can sit on limits kept elsewhere. Statistics are counted here, once. */
 #ifndef AIOTB_QUEUE_H
 #define AIOTB_QUEUE_H
@@ -119,6 +119,10 @@ tb_ns tb_first_due_of(tb_bucket *b, const void *owner, tb_ns now);
 void *tb_withdraw_stranded(tb_bucket *b, tb_ns now, bool *never);
 /* Gives back amount tokens of a grant never used, taking the grant out of the statistics. */
 void tb_refund(tb_bucket *b, double amount, tb_ns now);
+/* Holds a grant of amount just taken while it is in use (see tb_limits_hold). */
+void tb_hold(tb_bucket *b, double amount);
+/* Ends the hold of a grant of amount at now (see tb_limits_end_hold). */
+void tb_end_hold(tb_bucket *b, double amount, tb_ns now);
 
 /* Sets how much of a late wake-up a head's grant is credited for, in time of one token of the
  * fastest rate (0 after tb_init): below 1, timer lateness does not slow the rate, a longer

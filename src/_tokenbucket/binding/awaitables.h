@@ -19,6 +19,17 @@ static PyObject *wait_for_grant(BucketObject *self, double amount, PyObject *tim
     return waiting;
 }
 
+// Hands `async with` on a window, which must wait, to the limiter: returns self._wait_to_hold(amount).
+static PyObject *wait_to_hold(BucketObject *self, double amount)
+{
+    PyObject *how_much = PyFloat_FromDouble(amount);
+    if (how_much == NULL)
+        return NULL;
+    PyObject *waiting = PyObject_CallMethodOneArg((PyObject *)self, self->state->str_wait_to_hold, how_much);
+    Py_DECREF(how_much);
+    return waiting;
+}
+
 /* ---- the done awaitable ---- */
 
 // am_send: finishes at once with None.

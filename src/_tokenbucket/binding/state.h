@@ -77,6 +77,7 @@ typedef struct {
     tb_proof latest;             /* that proof (its loop field unused: the reference above is weak) */
     PyObject *str_time;
     PyObject *str_wait;
+    PyObject *str_wait_to_hold;
     PyObject *str_over_capacity;
     PyObject *str_throw;
     PyObject *str_close;
