@@ -131,6 +131,29 @@ def test_window_fit_at_is_when_a_grant_leaves_and_refund_unrecords_it():
     assert limits.fits(5, 10) and limits.full(10)
 
 
+def test_a_held_grant_counts_until_a_period_after_its_hold_ends():
+    limits = Limits()
+    assert limits.init_window(1000, 5) == OK
+    limits.take(2, 0, 0)
+    limits.take(1, 10, 10)
+    limits.hold(1)  # the newest grant, of 10
+    assert [(g.at, g.amount) for g in limits.window.log] == [(0, 2)] and limits.window.held == 1
+    assert limits.tokens(5000) == 4 and not limits.full(5000)
+    assert limits.fit_at(5, 2000) == 3000  # should its hold end at 2000
+    limits.end_hold(1, 2000)
+    assert limits.tokens(2000) == 4 and limits.fit_at(5, 2000) == 3000 and limits.full(3000)
+    limits.end_hold(1, 3000)  # none held: nothing
+    limits.take(2, 4000, 4000)
+    limits.take(1, 4001, 4001)
+    limits.hold(2)  # the newest first, then part of the one before
+    assert [(g.at, g.amount) for g in limits.window.log] == [(4000, 1)] and limits.check() == 0
+    limits.hold(3)  # more than is logged: held all the same
+    assert limits.window.log == [] and limits.window.held == 5 and limits.tokens(9000) == 0
+    limits.end_hold(2, 9000)
+    limits.end_hold(3, 10000)
+    assert limits.tokens(10000) == 2 and limits.tokens(11000) == 5 and limits.check() == 0
+
+
 def test_window_log_stays_in_time_order():
     limits = Limits()
     assert limits.init_window(1000, 5) == OK

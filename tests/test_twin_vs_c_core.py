@@ -83,6 +83,7 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
         "tb_grant_due": (ns_t, [vp, ns_t, DECIDE, vp]), "tb_projected_grant": (ns_t, [vp, dbl, ns_t]),
         "tb_withdraw_stranded": (vp, [vp, ns_t, ctypes.POINTER(ctypes.c_bool)]),
         "tb_refund": (None, [vp, dbl, ns_t]), "tb_set_late_credit": (None, [vp, dbl]),
+        "tb_hold": (None, [vp, dbl]), "tb_end_hold": (None, [vp, dbl, ns_t]),
         "tb_set_rate": (ctypes.c_int, [vp, u32, dbl, dbl, ns_t]), "tb_set_window": (ctypes.c_int, [vp, ns_t, dbl]),
         "tb_pause_until": (None, [vp, ns_t]), "tb_rebase": (None, [vp, ns_t, ns_t]),
         "tb_as_good_as_new": (ctypes.c_bool, [vp, ns_t]), "tb_check": (ctypes.c_int, [vp]),
@@ -139,7 +140,7 @@ configs = st.one_of(
 )
 operations = st.lists(st.tuples(
     st.sampled_from(["step", "take", "can_take", "tokens", "enqueue", "enqueue_deadline", "withdraw",
-                     "withdraw_head", "withdraw_first_of", "first_due_of", "grant_due", "projected_grant", "withdraw_stranded", "refund", "set_rate",
+                     "withdraw_head", "withdraw_first_of", "first_due_of", "grant_due", "projected_grant", "withdraw_stranded", "refund", "hold", "end_hold", "set_rate",
                      "set_window", "pause_until", "rebase", "late_credit", "as_good_as_new", "crowd"]),
     st.integers(0, 2**16)), max_size=60)
 
@@ -174,6 +175,7 @@ def owner(handle: int) -> int:
 def replay(pair: Pair, ops: list[tuple[str, int]], now: int, order: int) -> None:
     ids: list[int] = []
     granted: list[float] = []  # amounts granted and not refunded, so a refund never wraps C's counts
+    held: list[float] = []  # amounts held and not yet ended
     handles = 0
     for op, x in ops:
         amount = AMOUNTS[x % len(AMOUNTS)]
@@ -251,6 +253,12 @@ def replay(pair: Pair, ops: list[tuple[str, int]], now: int, order: int) -> None
         elif op == "refund" and granted:
             back = granted.pop(x % len(granted))
             pair.call("refund", back, now)
+        elif op == "hold" and granted:
+            amount = granted.pop()
+            pair.call("hold", amount)
+            held.append(amount)
+        elif op == "end_hold":  # also with nothing held: nothing happens
+            pair.call("end_hold", held.pop(x % len(held)) if held else amount, now)
         elif op == "set_rate" and pair.nrates:
             index = x % pair.nrates
             c, py = pair.call("set_rate", index, NS_PER_TOKEN[x % len(NS_PER_TOKEN)], [1.0, 4.0, 10.0][x % 3], now)

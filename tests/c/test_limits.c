@@ -136,6 +136,47 @@ static void test_refund(void)
     tb_limits_release(&l);
 }
 
+static void test_holds(void)
+{
+    tb_limits l;
+    CHECK(tb_limits_init_window(&l, SECOND, 5) == TB_OK);
+    CHECK(tb_limits_take_now(&l, 2, 0) && tb_limits_take_now(&l, 1, MS));
+    tb_limits_hold(&l, 1);  /* the newest grant, the 1 of 1 ms, is held */
+    HOLDS(&l);
+    CHECK(l.window.log_count == 1 && l.window.held == 1 && l.window.holds == 1);
+    CHECK(tb_limits_tokens(&l, 5 * SECOND) == 4 && !tb_limits_full(&l, 5 * SECOND));
+    /* Held, it leaves the window at t + period at the earliest, should its hold end at t. */
+    CHECK(tb_limits_fit_at(&l, 5, 2 * SECOND) == 3 * SECOND);
+    CHECK(tb_limits_fit_at(&l, 4, 2 * SECOND) == 2 * SECOND && tb_limits_fit_at(&l, 6, 0) == TB_NEVER);
+    tb_limits_end_hold(&l, 1, 2 * SECOND);  /* logged as of its end */
+    HOLDS(&l);
+    CHECK(l.window.held == 0 && l.window.holds == 0 && tb_limits_tokens(&l, 2 * SECOND) == 4);
+    CHECK(tb_limits_fit_at(&l, 5, 2 * SECOND) == 3 * SECOND && tb_limits_full(&l, 3 * SECOND));
+    tb_limits_end_hold(&l, 1, 3 * SECOND);  /* none held: nothing */
+    CHECK(l.window.log_count == 1 && tb_limits_full(&l, 3 * SECOND));
+
+    /* A hold larger than the newest grant takes the grants before it too, newest first. */
+    CHECK(tb_limits_take_now(&l, 2, 4 * SECOND) && tb_limits_take_now(&l, 1, 4 * SECOND + 1));
+    tb_limits_hold(&l, 2);
+    HOLDS(&l);
+    CHECK(l.window.log_count == 1 && l.window.log[l.window.log_first].amount == 1 && l.window.held == 2);
+    CHECK(tb_limits_tokens(&l, 4 * SECOND + 1) == 2);
+    /* Holds of grants already out of the log (a task resumed a period late) still count: stricter. */
+    tb_limits_hold(&l, 3);
+    CHECK(l.window.log_count == 0 && l.window.held == 5 && l.window.holds == 2);
+    CHECK(tb_limits_tokens(&l, 9 * SECOND) == 0);
+    tb_limits_end_hold(&l, 2, 9 * SECOND);
+    tb_limits_end_hold(&l, 3, 10 * SECOND);
+    HOLDS(&l);
+    CHECK(tb_limits_tokens(&l, 10 * SECOND) == 2 && tb_limits_tokens(&l, 11 * SECOND) == 5);  /* the 2 left at 10 s */
+    /* A bucket holds nothing. */
+    tb_limits_release(&l);
+    CHECK(tb_limits_init(&l, 1e6, 10, 10) == TB_OK);
+    tb_limits_hold(&l, 1);
+    CHECK(l.window.holds == 0 && tb_limits_full(&l, 0));
+    tb_limits_release(&l);
+}
+
 static void test_projection(void)
 {
     tb_limits l;
@@ -246,6 +287,9 @@ static void test_check_finds_broken_invariants(void)
     CHECK(tb_limits_take_now(&l, 1, 5) && tb_limits_take_now(&l, 1, 6));
     l.window.log[1].at = 4;  /* out of time order */
     CHECK(tb_limits_check(&l) == 10);
+    l.window.log[1].at = 6;
+    l.window.held = 1;  /* held tokens with no hold */
+    CHECK(tb_limits_check(&l) == 10);
     tb_limits_release(&l);
 }
 
@@ -305,6 +349,7 @@ int main(void)
     RUN(test_take_now_and_take);
     RUN(test_credited_at);
     RUN(test_refund);
+    RUN(test_holds);
     RUN(test_projection);
     RUN(test_projection_past_the_horizon);
     RUN(test_full);
