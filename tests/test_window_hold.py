@@ -247,3 +247,22 @@ def test_retry_after_refuses_bad_values_and_changes_nothing(lib, vrun, value, er
         return [limiter.tokens]
 
     assert vrun(main()) == [100.0]
+
+
+def test_a_timeout_holds_while_grants_stay_in_use_longer_than_projected(lib, vrun):
+    async def main() -> list[object]:
+        loop, limiter = asyncio.get_running_loop(), lib.WindowLimiter(1, 1)
+        holder = asyncio.create_task(_enter_for(limiter, 5, []))
+        await asyncio.sleep(0.125)
+        with pytest.raises(TimeoutError):  # even were the hold to end now, not within 0.5 s
+            await limiter.acquire(timeout=0.5)
+        refused_at = loop.time()
+        try:  # were the hold to end now, at 1.125 s: accepted; it stays in use, so it fails at its deadline
+            await limiter.acquire(timeout=2)
+        except TimeoutError:
+            failed_at = loop.time()
+        await holder
+        await limiter.acquire(timeout=1)
+        return [refused_at, failed_at, loop.time(), limiter.stats().timeouts, limiter.stats().cancelled]
+
+    assert vrun(main()) == [0.125, 2.125, 6.0, 1, 1]

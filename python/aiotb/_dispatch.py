@@ -118,6 +118,9 @@ class Dispatcher:
             if came_back or given_back:
                 owners.retime(self)
                 continue
+            if owners.holds and owners.fail_stranded():  # deadlines that held grants made unreachable
+                owners.retime(self)
+                continue
             with self._posted_lock:
                 if not self._posted:  # else posted during this pass, by a thread that saw the old timer
                     self._arm(at, woke_for)

@@ -162,6 +162,7 @@ class Limiter(Bucket):
         self._window = window_ns is not None
         self._fair = fair
         self._owners = Owners(self, self._warn_on_reuse, queued_last=not smallest_first)
+        self._owners.holds = self._window
         self._time_precisely()
 
     def _time_precisely(self) -> None:
@@ -347,11 +348,7 @@ class Limiter(Bucket):
     def _settle(self) -> None:
         """After a change of the limits: fail the waiters it strands, re-time the rest."""
         owners = self._owners
-        while (stranded := self._withdraw_stranded()) is not None:
-            waiter, never = stranded
-            owners.fail(waiter,
-                        ValueError("the limiter's new burst is below this request's amount") if never else
-                        TimeoutError("after the limiter's change this request cannot be granted in time"))
+        owners.fail_stranded()
         loop = events._get_running_loop()
         here = owners.dispatchers.get(loop) if loop is not None else None
         owners.retime(here)

@@ -75,7 +75,7 @@ class ThreadWaiter:
 class Owners:
     """The dispatchers and blocked threads of one limiter (``bucket``)."""
 
-    __slots__ = ("_bucket", "dispatchers", "sleepers", "last", "warn_on_reuse", "queued_last", "precise")
+    __slots__ = ("_bucket", "dispatchers", "sleepers", "last", "warn_on_reuse", "queued_last", "precise", "holds")
 
     def __init__(self, bucket: Bucket, warn_on_reuse: bool, queued_last: bool) -> None:
         self._bucket: weakref.ref[Bucket] = weakref.ref(bucket)  # weak: no cycle keeps a limiter alive
@@ -85,6 +85,7 @@ class Owners:
         self.last: Dispatcher | None = None  # the dispatcher used last: the one of the only loop, mostly
         self.warn_on_reuse: bool = warn_on_reuse
         self.precise: bool = True  # short waits want the precise timer: a late wake-up would cost the limits tokens
+        self.holds: bool = False  # grants may be held in use (a window): a waiter's deadline can pass in the queue
 
     @property
     def bucket(self) -> Bucket:
@@ -171,6 +172,18 @@ class Owners:
         for sleeper in list(self.sleepers):
             if sleeper is not source:
                 sleeper.wake()
+
+    def fail_stranded(self) -> bool:
+        """Fails every waiter the limits can no longer grant as promised: above a new burst, or past
+        its deadline (after a change of the limits, or held grants that stay in use). Returns
+        whether there were any."""
+        bucket, failed = self.bucket, False
+        while (stranded := bucket._withdraw_stranded()) is not None:
+            waiter, never = stranded
+            self.fail(waiter, ValueError("the limiter's new burst is below this request's amount") if never else
+                      TimeoutError("this request can no longer be granted within its timeout"))
+            failed = True
+        return failed
 
     def fail(self, waiter: Any, error: BaseException) -> None:
         """Fails a waiter the limits stranded, on its own loop or thread."""
