@@ -1,0 +1,73 @@
+"""A limiter under aiohttp: ``aiohttp.ClientSession(middlewares=(limiter_middleware(limiter),))``.
+
+Every request the session sends, redirects and retries included, first takes a slot of the limiter
+and holds it until its response is released, so that a ``WindowLimiter`` counts the request in
+every window it may reach the server in. A 429 or 503 with a ``Retry-After`` pauses the limiter and
+is sent again. Needs aiohttp 3.12 or later, for client middlewares (``pip install aiotb[aiohttp]``)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import aiohttp
+
+from . import _http
+from ._limiter import Limiter
+
+__all__ = ["limiter_middleware"]
+
+
+def limiter_middleware(limiter: Limiter, *, amount: float | Callable[[aiohttp.ClientRequest], float] = 1,
+                       retries: int = 3) -> aiohttp.ClientMiddlewareType:
+    """An aiohttp client middleware that sends each request through ``limiter``.
+
+    ``amount``: the tokens of a request, a number or a callable of the ``aiohttp.ClientRequest``,
+    evaluated once per request. Each attempt takes a slot of ``amount`` (``limiter.slot``) and holds
+    it until the response's connection is released: once its body is read to the end, or it is
+    released or closed (``async with session.get(...)`` does it on exit), or the handler raises. A
+    response left unread and unreleased holds the slot, and a window's capacity with it, until
+    aiohttp releases it (at the latest when it is collected); an upgraded connection (a WebSocket)
+    holds it until it is closed.
+
+    A 429 or 503 response with a ``Retry-After`` header calls ``limiter.retry_after(header)``, so
+    that no request of any task is sent before then (the last attempt's too); the response is read
+    and released, and the request is sent again in a new slot, at most ``retries`` times; the last
+    response is returned as it is. A ``Retry-After`` that is neither delta-seconds nor an HTTP date, or is too far ahead
+    for the limiter, is taken as no ``Retry-After``: the response is returned, and the limiter is
+    not paused. aiohttp's ``ClientTimeout.total`` (5 minutes by default) counts the wait for the
+    limiter and for a ``Retry-After`` too: a long queue ends in ``TimeoutError`` unless it is
+    raised or set to None.
+
+    Put it first in ``middlewares`` so that the middlewares after it run once per attempt."""
+    tokens_of = _http.amount(limiter, amount)
+    most_retries = _http.retries(retries)
+
+    async def limited(request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+        tokens = _http.tokens(tokens_of, request)
+        retries_left = most_retries
+        while True:
+            slot = limiter.slot(tokens)
+            await slot.__aenter__()
+            try:
+                response = await handler(request)
+            except BaseException:
+                slot.release()
+                raise
+            # A response holds its connection until its body has been read or it is released or closed;
+            # the connection calls back then (aiohttp's own total timeout ends the same way). No
+            # connection: the body was read with the head, the response is complete.
+            connection = response.connection
+            if connection is None:
+                slot.release()
+            else:
+                connection.add_callback(slot.release)
+            paused = _http.pause(limiter, response.status, response.headers.get("Retry-After"))
+            if not paused or not retries_left:
+                return response
+            retries_left -= 1
+            try:
+                await response.read()  # read to its end, so that the connection can be used again
+            finally:
+                response.release()
+
+    return limited

@@ -1,0 +1,118 @@
+"""A limiter under httpx: ``httpx.AsyncClient(transport=LimitedTransport(limiter))``.
+
+Every request the client sends, redirects and retries included, first takes a slot of the limiter
+and holds it until its response is closed, so that a ``WindowLimiter`` counts the request in every
+window it may reach the server in. A 429 or 503 with a ``Retry-After`` pauses the limiter and is
+sent again. Needs httpx (``pip install aiotb[httpx]``)."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import AsyncIterator, Callable
+
+import httpx
+
+from . import _http
+from ._limiter import Limiter, Slot
+
+__all__ = ["LimitedTransport"]
+
+
+class LimitedTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that sends each request through ``limiter``, on ``transport`` (default: a
+    new ``httpx.AsyncHTTPTransport()``).
+
+    ``amount``: the tokens of a request, a number or a callable of the ``httpx.Request`` (say, the
+    tokens of an LLM prompt), evaluated once per request. Each attempt takes a slot of ``amount``
+    (``limiter.slot``) and holds it until its response is closed (read to its end, ``aclose()``, or
+    the client's stream block exiting) or the transport raises; a streamed response left open
+    holds it, and a window's capacity with it, until it is closed.
+
+    A 429 or 503 response with a ``Retry-After`` header calls ``limiter.retry_after(header)``, so
+    that no request of any task is sent before then (the last attempt's too); the response is read
+    and closed, and the request is sent again in a new slot, at most ``retries`` times; the last
+    response is returned as it is. A request whose body is a stream cannot be sent twice (httpx raises
+    ``StreamConsumed``). A ``Retry-After`` that is neither delta-seconds nor an HTTP date, or is
+    too far ahead for the limiter, is taken as no ``Retry-After``: the response is returned, and
+    the limiter is not paused. The wait for the limiter and for a ``Retry-After`` is not bounded
+    by httpx's timeouts: wrap the call in ``asyncio.timeout`` to bound it."""
+
+    def __init__(self, limiter: Limiter, transport: httpx.AsyncBaseTransport | None = None, *,
+                 amount: float | Callable[[httpx.Request], float] = 1, retries: int = 3) -> None:
+        self._amount = _http.amount(limiter, amount)
+        self._retries = _http.retries(retries)
+        self._limiter = limiter
+        self._transport = httpx.AsyncHTTPTransport() if transport is None else transport
+
+    @property
+    def limiter(self) -> Limiter:
+        """The limiter every request goes through."""
+        return self._limiter
+
+    @property
+    def transport(self) -> httpx.AsyncBaseTransport:
+        """The transport that sends the requests."""
+        return self._transport
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Sends ``request`` in a slot of the limiter; the response holds the slot until it is closed."""
+        tokens = _http.tokens(self._amount, request)
+        retries = self._retries
+        while True:
+            response = await self._send(request, tokens)
+            paused = _http.pause(self._limiter, response.status_code, response.headers.get("Retry-After"))
+            if not paused or not retries:
+                return response
+            retries -= 1
+            try:
+                await response.aread()  # read to its end, so that the connection can be used again
+            finally:
+                await response.aclose()
+
+    async def _send(self, request: httpx.Request, tokens: float) -> httpx.Response:
+        """One attempt: the response of ``request`` sent in a slot of ``tokens``, which it holds."""
+        slot = self._limiter.slot(tokens)
+        await slot.__aenter__()
+        try:
+            response = await self._transport.handle_async_request(request)
+        except BaseException:
+            slot.release()
+            raise
+        stream = response.stream
+        if response.is_closed or not isinstance(stream, httpx.AsyncByteStream):
+            slot.release()  # read and closed already (or a stream this client cannot close): nothing to hold
+        else:
+            response.stream = _HeldStream(stream, slot)
+        return response
+
+    async def aclose(self) -> None:
+        """Closes the wrapped transport."""
+        await self._transport.aclose()
+
+    async def __aenter__(self) -> LimitedTransport:
+        await self._transport.__aenter__()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None = None, exc_value: BaseException | None = None,
+                        traceback: TracebackType | None = None) -> None:
+        await self._transport.__aexit__(exc_type, exc_value, traceback)
+
+    def __repr__(self) -> str:
+        return f"<LimitedTransport of {self._transport!r} through {self._limiter!r}>"
+
+
+class _HeldStream(httpx.AsyncByteStream):
+    """A response body that holds its request's slot until it is closed or read to its end."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, slot: Slot) -> None:
+        self._stream = stream
+        self._slot = slot
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+        self._slot.release()
+
+    async def aclose(self) -> None:
+        self._slot.release()
+        await self._stream.aclose()

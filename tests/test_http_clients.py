@@ -1,0 +1,553 @@
+"""Real HTTP clients under a limiter, on both engines: aiohttp with ``async with limiter:`` around each
+request, ``aiotb.httpx.LimitedTransport`` and ``aiotb.aiohttp.limiter_middleware``.
+
+End to end, against a local server that limits as an API does (tests/http_server.py), on a real loop: no
+request over the server's limit, and a ``Retry-After`` kept by every request. Throughput is only bounded
+from below, loosely: benchmarks measure it. What the integrations do with one request (its amount, the
+hold of its slot, its retries, its errors) is checked on the virtual clock with httpx's mock transport,
+and against small local servers for aiohttp, whose middlewares need a real connection."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import socket
+import time
+from types import ModuleType, SimpleNamespace
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import httpx
+import pytest
+from aiohttp import web
+from http_server import RateLimitedServer
+
+SERVER_LIMIT = 100          # requests in any window of 1 s
+PROCESSING = 0.005          # the server answers after 5 ms ...
+JITTER = 0.045              # ... plus up to 45 ms more
+REQUESTS = 295              # 3 full windows of 98, and one: (REQUESTS - 1) / span is the sustained rate
+RETRY_REQUESTS = 150
+THROTTLE_FOR = 2.0          # the server answers 429, Retry-After: 1, for its first 2 s
+STRAGGLE = 0.2              # requests granted before a 429 came back may reach the server that much later
+RESUME_WITHIN = 0.5         # after a pause, the first request reaches the server within 0.5 s
+
+
+def integration(lib: SimpleNamespace, name: str) -> ModuleType:
+    """aiotb.httpx or aiotb.aiohttp on lib's engine."""
+    return importlib.import_module(f"{lib.package.__name__}.{name}")
+
+
+class Attempts:
+    """Every attempt's response as the client saw it, below the limiter: (time.monotonic(), status)."""
+
+    def __init__(self) -> None:
+        self.responses: list[tuple[float, int]] = []
+
+    def record(self, status: int) -> None:
+        self.responses.append((time.monotonic(), status))
+
+    def times(self, status: int) -> list[float]:
+        return [at for at, seen in self.responses if seen == status]
+
+    def transport(self, inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+        """An httpx transport that records on ``inner``'s responses."""
+        return _RecordingTransport(inner, self)
+
+    def middleware(self) -> aiohttp.ClientMiddlewareType:
+        """An aiohttp middleware that records the responses of the handler after it."""
+
+        async def record(request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+            response = await handler(request)
+            self.record(response.status)
+            return response
+
+        return record
+
+
+class _RecordingTransport(httpx.AsyncBaseTransport):
+    def __init__(self, inner: httpx.AsyncBaseTransport, attempts: Attempts) -> None:
+        self._inner = inner
+        self._attempts = attempts
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        self._attempts.record(response.status_code)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+# ---- clients: each sends n GET requests to url at once through limiter and returns their statuses ----
+
+async def aiohttp_async_with(lib: SimpleNamespace, limiter: Any, url: str, n: int, attempts: Attempts) -> list[int]:
+    async with aiohttp.ClientSession() as session:
+
+        async def send() -> int:
+            async with limiter:
+                async with session.get(url) as response:
+                    await response.read()
+            attempts.record(response.status)
+            return response.status
+
+        return await asyncio.gather(*(send() for _ in range(n)))
+
+
+async def httpx_transport(lib: SimpleNamespace, limiter: Any, url: str, n: int, attempts: Attempts) -> list[int]:
+    transport = integration(lib, "httpx").LimitedTransport(limiter, attempts.transport(httpx.AsyncHTTPTransport()))
+    async with httpx.AsyncClient(transport=transport) as client:
+
+        async def send() -> int:
+            return (await client.get(url)).status_code
+
+        return await asyncio.gather(*(send() for _ in range(n)))
+
+
+async def aiohttp_middleware(lib: SimpleNamespace, limiter: Any, url: str, n: int, attempts: Attempts) -> list[int]:
+    middlewares = (integration(lib, "aiohttp").limiter_middleware(limiter), attempts.middleware())
+    async with aiohttp.ClientSession(middlewares=middlewares) as session:
+
+        async def send() -> int:
+            async with session.get(url) as response:
+                await response.read()
+            return response.status
+
+        return await asyncio.gather(*(send() for _ in range(n)))
+
+
+Client = Callable[[SimpleNamespace, Any, str, int, Attempts], Awaitable[list[int]]]
+CLIENTS: dict[str, Client] = {"aiohttp-async-with": aiohttp_async_with, "httpx-transport": httpx_transport,
+                              "aiohttp-middleware": aiohttp_middleware}
+LIMITS: dict[str, Callable[[SimpleNamespace], Any]] = {
+    "window-98-per-1s": lambda lib: lib.WindowLimiter(98, 1),
+    "bucket-90-per-1s-burst-5": lambda lib: lib.Limiter(90, 1, burst=5),
+}
+# A window shorter than the server's Retry-After: without the pause its requests would go 0.5 s after a 429.
+RETRY_LIMITS: dict[str, Callable[[SimpleNamespace], Any]] = {
+    "window-49-per-0.5s": lambda lib: lib.WindowLimiter(49, 0.5),
+    "bucket-90-per-1s-burst-5": lambda lib: lib.Limiter(90, 1, burst=5),
+}
+
+
+def sustained_rate(server: RateLimitedServer) -> float:
+    """Requests per second at the server, from the first arrival to the last."""
+    first, last = server.arrivals[0].at, server.arrivals[-1].at
+    return (len(server.arrivals) - 1) / (last - first)
+
+
+@pytest.mark.parametrize("limits", LIMITS)
+@pytest.mark.parametrize("client", CLIENTS)
+def test_no_request_over_the_servers_limit(lib, run_on, client, limits):
+    async def main() -> tuple[list[int], RateLimitedServer, Any]:
+        limiter = LIMITS[limits](lib)
+        async with RateLimitedServer(SERVER_LIMIT, 1.0, processing=PROCESSING, jitter=JITTER) as server:
+            statuses = await CLIENTS[client](lib, limiter, server.url, REQUESTS, Attempts())
+        return statuses, server, limiter
+
+    statuses, server, limiter = run_on(asyncio.new_event_loop(), main())
+    rate = sustained_rate(server)
+    print(f"{client} {limits}: {server.count(429)} x 429, {rate:.1f}/s sustained, busiest 1 s: {server.busiest()}")
+    assert len(server.arrivals) == REQUESTS and server.count(429) == 0
+    assert statuses == [200] * REQUESTS
+    assert rate >= 0.8 * limiter.rate
+
+
+@pytest.mark.parametrize("limits", RETRY_LIMITS)
+@pytest.mark.parametrize("client", ["httpx-transport", "aiohttp-middleware"])
+def test_retry_after_pauses_every_request(lib, run_on, client, limits):
+    async def main() -> tuple[list[int], RateLimitedServer, Attempts]:
+        limiter = RETRY_LIMITS[limits](lib)
+        attempts = Attempts()
+        async with RateLimitedServer(SERVER_LIMIT, 1.0, processing=PROCESSING, jitter=JITTER,
+                                     throttle_for=THROTTLE_FOR, throttle_retry_after="1") as server:
+            statuses = await CLIENTS[client](lib, limiter, server.url, RETRY_REQUESTS, attempts)
+        return statuses, server, attempts
+
+    statuses, server, attempts = run_on(asyncio.new_event_loop(), main())
+    first = server.arrivals[0].at
+    throttled = [arrival.at for arrival in server.arrivals if arrival.status == 429]
+    print(f"{client} {limits}: {len(throttled)} x 429 in the first {THROTTLE_FOR} s, "
+          f"{server.count(200)} x 200, {sustained_rate(server):.1f}/s overall")
+    assert statuses == [200] * RETRY_REQUESTS
+    assert throttled and all(at < first + THROTTLE_FOR for at in throttled)  # only the throttle said 429
+    assert server.count(200) == RETRY_REQUESTS and len(attempts.responses) == len(server.arrivals)
+    pauses = attempts.times(429)  # a pause of 1 s starts when each 429 reaches the client
+    during = [(round(at - start, 4), status) for start in pauses for at, status in server.arrivals
+              if start + STRAGGLE < at < start + 1]
+    assert not during, f"requests reached the server during a pause, (seconds into it, status): {during}"
+    resumed = min(arrival.at for arrival in server.arrivals if arrival.status == 200)
+    assert max(pauses) + 1 <= resumed <= max(pauses) + 1 + RESUME_WITHIN
+
+
+# ---- httpx: one request at a time, on the virtual clock ----
+
+class Body(httpx.AsyncByteStream):
+    """A response body of two chunks, ``gap`` seconds apart; knows whether it was closed."""
+
+    def __init__(self, gap: float = 0.0) -> None:
+        self.gap = gap
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b"first "
+        await asyncio.sleep(self.gap)
+        yield b"second"
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+Handler = Callable[[httpx.Request], Any]
+
+
+def mock_client(lib: SimpleNamespace, limiter: Any, handler: Handler, **options: Any) -> httpx.AsyncClient:
+    transport = integration(lib, "httpx").LimitedTransport(limiter, httpx.MockTransport(handler), **options)
+    return httpx.AsyncClient(transport=transport, base_url="http://api.test")
+
+
+def test_httpx_weighted_amount(lib, vrun):
+    async def main() -> tuple[list[tuple[float, float]], list[str]]:
+        loop = asyncio.get_running_loop()
+        limiter = lib.Limiter(10, 1, burst=10)
+        asked: list[str] = []
+
+        def tokens(request: httpx.Request) -> float:
+            asked.append(request.url.path)
+            return float(request.headers["X-Tokens"])
+
+        seen = []
+        async with mock_client(lib, limiter, lambda request: httpx.Response(200), amount=tokens) as client:
+            for n in (3, 5, 4):
+                await client.get(f"/{n}", headers={"X-Tokens": str(n)})
+                seen.append((loop.time(), limiter.tokens))
+        return seen, asked
+
+    seen, asked = vrun(main())
+    assert seen == [(0.0, pytest.approx(7)), (0.0, pytest.approx(2)), (pytest.approx(0.2), pytest.approx(0))]
+    assert asked == ["/3", "/5", "/4"]  # once per request
+
+
+@pytest.mark.parametrize("status, retry_after, sent_at, paused_until", [
+    (429, "1", [0.0, 1.0], 1.0),
+    (503, "2", [0.0, 2.0], 2.0),
+    (429, "Wed, 21 Oct 2015 07:28:00 GMT", [0.0, 0.0], 0.0),  # a date in the past: at once
+    (429, None, [0.0], 0.0),         # no Retry-After: the 429 is the answer
+    (500, "1", [0.0], 0.0),          # neither 429 nor 503
+    (429, "soon", [0.0], 0.0),       # unreadable: as none
+    (429, "1e3", [0.0], 0.0),        # not delta-seconds
+    (429, "999999999999", [0.0], 0.0),  # too far ahead for the limiter: as none
+], ids=["429", "503", "past-date", "no-header", "500", "unreadable", "exponent", "too-far"])
+def test_httpx_retry_after(lib, vrun, status, retry_after, sent_at, paused_until):
+    async def main() -> tuple[list[float], int, float]:
+        loop = asyncio.get_running_loop()
+        limiter = lib.Limiter(100, 1)
+        sent: list[float] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            sent.append(loop.time())
+            if len(sent) > 1:
+                return httpx.Response(200)
+            return httpx.Response(status, headers={} if retry_after is None else {"Retry-After": retry_after})
+
+        async with mock_client(lib, limiter, handler) as client:
+            response = await client.get("/")
+        await limiter.acquire()
+        return sent, response.status_code, loop.time()
+
+    sent, final, acquired_at = vrun(main())
+    assert sent == [pytest.approx(at) for at in sent_at]
+    assert final == (200 if len(sent_at) > 1 else status)
+    assert acquired_at == pytest.approx(paused_until)
+
+
+def test_httpx_retries_exhausted_return_the_last_response(lib, vrun):
+    async def main() -> tuple[list[float], int, str, float]:
+        loop = asyncio.get_running_loop()
+        limiter = lib.Limiter(100, 1)
+        sent: list[float] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            sent.append(loop.time())
+            return httpx.Response(429, headers={"Retry-After": "1"}, text=f"attempt {len(sent)}")
+
+        async with mock_client(lib, limiter, handler, retries=2) as client:
+            response = await client.get("/")
+        await limiter.acquire()  # the last Retry-After pauses the limiter too
+        return sent, response.status_code, response.text, loop.time()
+
+    assert vrun(main()) == ([0.0, 1.0, 2.0], 429, "attempt 3", 3.0)
+
+
+def test_httpx_no_retries(lib, vrun):
+    async def main() -> tuple[int, int]:
+        limiter = lib.Limiter(100, 1)
+        sent = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            sent.append(request)
+            return httpx.Response(503, headers={"Retry-After": "1"})
+
+        async with mock_client(lib, limiter, handler, retries=0) as client:
+            response = await client.get("/")
+        return len(sent), response.status_code
+
+    assert vrun(main()) == (1, 503)
+
+
+def test_httpx_streamed_response_holds_its_slot_until_closed(lib, vrun):
+    async def main() -> tuple[bool, float, float, bool]:
+        loop = asyncio.get_running_loop()
+        limiter = lib.WindowLimiter(1, 1)
+        body = Body()
+        async with mock_client(lib, limiter, lambda request: httpx.Response(200, stream=body)) as client:
+            async with client.stream("GET", "/") as response:
+                waiter = asyncio.create_task(limiter.acquire())
+                await asyncio.sleep(5)
+                granted_while_open = waiter.done()
+                tokens_while_open = limiter.tokens
+            closed_at = loop.time()
+            await waiter
+        return granted_while_open, tokens_while_open, loop.time() - closed_at, body.closed
+
+    granted_while_open, tokens_while_open, wait_after_close, closed = vrun(main())
+    assert not granted_while_open and tokens_while_open == 0
+    assert wait_after_close == pytest.approx(1.0)  # counted until 1 s after it was closed
+    assert closed
+
+
+def test_httpx_response_holds_its_slot_while_its_body_is_read(lib, vrun):
+    async def main() -> tuple[float, str, float]:
+        loop = asyncio.get_running_loop()
+        limiter = lib.WindowLimiter(1, 1)
+        async with mock_client(lib, limiter, lambda request: httpx.Response(200, stream=Body(gap=2))) as client:
+            response = await client.get("/")
+            read_at = loop.time()
+            await limiter.acquire()
+        return read_at, response.text, loop.time()
+
+    assert vrun(main()) == (pytest.approx(2.0), "first second", pytest.approx(3.0))
+
+
+def test_httpx_response_read_by_the_transport_releases_at_once(lib, vrun):
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        limiter = lib.WindowLimiter(1, 1)
+        async with mock_client(lib, limiter, lambda request: httpx.Response(200, text="all here")) as client:
+            async with client.stream("GET", "/"):  # open, but the transport had read and closed it
+                await limiter.acquire()
+                return loop.time()
+
+    assert vrun(main()) == pytest.approx(1.0)
+
+
+def test_httpx_transport_errors_release_the_slot(lib, vrun):
+    async def main() -> tuple[float, float]:
+        loop = asyncio.get_running_loop()
+        limiter = lib.WindowLimiter(1, 1)
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            if request.url.path == "/refused":
+                raise httpx.ConnectError("refused", request=request)
+            await asyncio.sleep(10)
+            return httpx.Response(200)
+
+        async with mock_client(lib, limiter, handler) as client:
+            with pytest.raises(httpx.ConnectError):
+                await client.get("/refused")
+            await limiter.acquire()  # the slot was released at 0: granted at 1
+            after_error = loop.time()
+            task = asyncio.create_task(client.get("/slow"))  # its slot comes at 2
+            await asyncio.sleep(1.5)  # at 2.5 the request is cancelled while it is sent
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await limiter.acquire()
+            return after_error, loop.time()
+
+    assert vrun(main()) == (pytest.approx(1.0), pytest.approx(3.5))
+
+
+def test_httpx_transport_closes_and_enters_the_wrapped_transport(lib, vrun):
+    class Tracked(httpx.AsyncBaseTransport):
+        def __init__(self) -> None:
+            self.events: list[str] = []
+
+        async def __aenter__(self) -> Tracked:
+            self.events.append("enter")
+            return self
+
+        async def aclose(self) -> None:
+            self.events.append("close")
+
+    async def main() -> tuple[list[str], list[str], bool]:
+        httpx_module = integration(lib, "httpx")
+        limiter = lib.Limiter(10, 1)
+        entered, closed = Tracked(), Tracked()
+        async with httpx.AsyncClient(transport=httpx_module.LimitedTransport(limiter, entered)):
+            pass
+        transport = httpx_module.LimitedTransport(limiter, closed)
+        await transport.aclose()
+        default = httpx_module.LimitedTransport(limiter)
+        is_http = isinstance(default.transport, httpx.AsyncHTTPTransport) and default.limiter is limiter
+        await default.aclose()
+        return entered.events, closed.events, is_http
+
+    assert vrun(main()) == (["enter", "close"], ["close"], True)
+
+
+# ---- aiohttp: one request at a time, against local servers (a middleware needs a real connection) ----
+
+class HeldBody:
+    """A server whose response sends its head and a first chunk, then the rest once ``send_rest`` is set."""
+
+    def __init__(self) -> None:
+        self.send_rest = asyncio.Event()
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(b"first ")
+        await self.send_rest.wait()
+        await response.write(b"second")
+        await response.write_eof()
+        return response
+
+    async def __aenter__(self) -> HeldBody:
+        app = web.Application()
+        app.router.add_get("/", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}/"
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.send_rest.set()
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+
+def limited_session(lib: SimpleNamespace, limiter: Any, **options: Any) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(middlewares=(integration(lib, "aiohttp").limiter_middleware(limiter, **options),))
+
+
+WINDOW = 0.05  # s: a window short enough to wait out on a real clock
+
+
+def test_aiohttp_weighted_amount(lib, run):
+    async def main() -> tuple[float, list[str]]:
+        limiter = lib.Limiter(1, 3600, burst=10)  # refills one token an hour: the tokens left are the tokens taken
+        asked: list[str] = []
+
+        def tokens(request: aiohttp.ClientRequest) -> float:
+            asked.append(request.url.path)
+            return float(request.headers["X-Tokens"])
+
+        async with RateLimitedServer() as server, limited_session(lib, limiter, amount=tokens) as session:
+            for n in (3, 4):
+                async with session.get(f"{server.url}{n}", headers={"X-Tokens": str(n)}) as response:
+                    assert response.status == 200
+        return limiter.tokens, asked
+
+    tokens, asked = run(main())
+    assert tokens == pytest.approx(3, abs=0.01) and asked == ["/3", "/4"]
+
+
+@pytest.mark.parametrize("retry_after, attempts, retries", [("0", 3, 2), ("0", 1, 0), ("soon", 1, 3)],
+                         ids=["retries-exhausted", "no-retries", "unreadable"])
+def test_aiohttp_retries(lib, run, retry_after, attempts, retries):
+    async def main() -> tuple[int, str, int, bool]:
+        limiter = lib.Limiter(100, 1)
+        async with RateLimitedServer(throttle_for=3600, throttle_retry_after=retry_after) as server, \
+                limited_session(lib, limiter, retries=retries) as session:
+            async with session.get(server.url) as response:
+                body = await response.text()
+            return response.status, body, len(server.arrivals), limiter.try_acquire()
+
+    # the last 429 is returned as it is; an unreadable Retry-After pauses nothing
+    assert run(main()) == (429, "throttled", attempts, True)
+
+
+def test_aiohttp_slot_held_until_the_body_is_read(lib, run):
+    async def main() -> tuple[bool, float, str]:
+        limiter = lib.WindowLimiter(1, WINDOW)
+        async with HeldBody() as server, limited_session(lib, limiter) as session:
+            async with session.get(server.url) as response:
+                waiter = asyncio.create_task(limiter.acquire())
+                await asyncio.sleep(4 * WINDOW)
+                granted_while_reading = waiter.done()
+                sent_rest_at = time.monotonic()
+                server.send_rest.set()
+                body = await response.text()
+                async with asyncio.timeout(10):
+                    await waiter
+                return granted_while_reading, time.monotonic() - sent_rest_at, body
+
+    granted_while_reading, wait_after_body, body = run(main())
+    assert not granted_while_reading and body == "first second"
+    assert wait_after_body >= WINDOW  # counted until a window after the body came
+
+
+def test_aiohttp_slot_held_until_the_response_is_released(lib, run):
+    async def main() -> tuple[bool, float]:
+        limiter = lib.WindowLimiter(1, WINDOW)
+        async with HeldBody() as server, limited_session(lib, limiter) as session:
+            response = await session.get(server.url)
+            waiter = asyncio.create_task(limiter.acquire())
+            await asyncio.sleep(4 * WINDOW)
+            granted_while_open = waiter.done()
+            released_at = time.monotonic()
+            response.release()  # unread
+            async with asyncio.timeout(10):
+                await waiter
+            return granted_while_open, time.monotonic() - released_at
+
+    granted_while_open, wait_after_release = run(main())
+    assert not granted_while_open and wait_after_release >= WINDOW
+
+
+def test_aiohttp_errors_release_the_slot(lib, run):
+    async def main() -> float:
+        with socket.socket() as probe:  # a port nobody listens on
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        limiter = lib.WindowLimiter(1, WINDOW)
+        async with limited_session(lib, limiter) as session:
+            with pytest.raises(aiohttp.ClientConnectionError):
+                await session.get(f"http://127.0.0.1:{port}/")
+            failed_at = time.monotonic()
+            async with asyncio.timeout(10):  # never granted if the slot were still held
+                await limiter.acquire()
+            return time.monotonic() - failed_at
+
+    assert run(main()) < 10
+
+
+# ---- arguments ----
+
+@pytest.mark.parametrize("options, error", [
+    ({"retries": -1}, ValueError), ({"retries": True}, TypeError), ({"retries": 1.0}, TypeError),
+    ({"amount": 0}, ValueError), ({"amount": -1}, ValueError), ({"amount": 6}, ValueError),
+    ({"amount": "1"}, TypeError), ({"amount": None}, TypeError),
+])
+def test_bad_arguments(lib, options, error):
+    limiter = lib.Limiter(10, 1, burst=5)
+    with pytest.raises(error):
+        integration(lib, "aiohttp").limiter_middleware(limiter, **options)
+    with pytest.raises(error):
+        integration(lib, "httpx").LimitedTransport(limiter, httpx.MockTransport(lambda request: httpx.Response(200)),
+                                                   **options)
+
+
+def test_bad_amount_of_a_request_takes_nothing(lib, vrun):
+    async def main() -> float:
+        limiter = lib.Limiter(10, 1, burst=5)
+        async with mock_client(lib, limiter, lambda request: httpx.Response(200), amount=lambda request: 6) as client:
+            with pytest.raises(ValueError, match="burst"):
+                await client.get("/")
+        return limiter.tokens
+
+    assert vrun(main()) == 5
