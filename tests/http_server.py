@@ -9,7 +9,7 @@ is answered 200 after ``processing`` seconds plus a random ``jitter`` (uniform, 
 ``throttle_for`` seconds from the first request's arrival, every request is answered 429 with
 ``Retry-After: throttle_retry_after``, as a server that has been overrun for a while answers.
 Rejected requests do not count in the window. ``server.arrivals`` holds every request's arrival
-time and status, in order of arrival."""
+time, status and ``X-Tag`` header, in order of arrival; ``server.reset()`` forgets them (say, after opening connections)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ from aiohttp import web
 class Arrival(NamedTuple):
     """One request as the server saw it."""
 
-    at: float    # time.monotonic() when the handler saw it
-    status: int  # what it was answered
+    at: float               # time.monotonic() when the handler saw it
+    status: int             # what it was answered
+    tag: str | None = None  # its X-Tag header, for a client that names its requests
 
 
 class RateLimitedServer:
@@ -72,23 +73,30 @@ class RateLimitedServer:
 
     async def _handle(self, request: web.Request) -> web.Response:
         now = time.monotonic()
+        tag = request.headers.get("X-Tag")
         first = self.arrivals[0].at if self.arrivals else now
         if now < first + self.throttle_for:
-            self.arrivals.append(Arrival(now, 429))
+            self.arrivals.append(Arrival(now, 429, tag))
             return web.Response(status=429, text="throttled", headers={"Retry-After": self.throttle_retry_after})
         let_through = self._let_through
         while let_through and let_through[0] <= now - self.window:
             let_through.popleft()
         if len(let_through) >= self.max_requests:
-            self.arrivals.append(Arrival(now, 429))
+            self.arrivals.append(Arrival(now, 429, tag))
             headers = {}
             if self.retry_after_on_limit:
                 headers["Retry-After"] = str(max(1, math.ceil(let_through[0] + self.window - now)))
             return web.Response(status=429, text="over the limit", headers=headers)
         let_through.append(now)
-        self.arrivals.append(Arrival(now, 200))
+        self.arrivals.append(Arrival(now, 200, tag))
         await asyncio.sleep(self.processing + self._random.uniform(0, self.jitter))
         return web.Response(text="ok")
+
+    def reset(self) -> None:
+        """Forgets every request so far: the window starts empty, and the throttle starts again at the next
+        request."""
+        self.arrivals.clear()
+        self._let_through.clear()
 
     def count(self, status: int) -> int:
         """How many requests were answered ``status``."""
