@@ -629,3 +629,27 @@ def test_bad_amount_of_a_request_takes_nothing(lib, vrun):
         return limiter.tokens
 
     assert vrun(main()) == 5
+
+
+# ---- the server itself ----
+
+@pytest.mark.parametrize("retry_after_on_limit", [False, True])
+def test_server_lets_through_its_limit_in_any_window(run_on, retry_after_on_limit):
+    async def main() -> tuple[list[tuple[int, str | None]], list[int], RateLimitedServer]:
+        async with RateLimitedServer(10, 30.0, retry_after_on_limit=retry_after_on_limit) as server, \
+                aiohttp.ClientSession() as session:
+
+            async def send() -> tuple[int, str | None]:
+                async with session.get(server.url) as response:
+                    return response.status, response.headers.get("Retry-After")
+
+            answers = await asyncio.gather(*(send() for _ in range(12)))
+            server.reset()  # the window starts empty again
+            after_reset = [(await send())[0] for _ in range(2)]
+            return answers, after_reset, server
+
+    answers, after_reset, server = run_on(asyncio.new_event_loop(), main())
+    assert sorted(status for status, _ in answers) == [200] * 10 + [429] * 2
+    expected = "30" if retry_after_on_limit else None  # whole seconds until the first of the window leaves it
+    assert [retry_after for status, retry_after in answers if status == 429] == [expected, expected]
+    assert after_reset == [200, 200] and [arrival.status for arrival in server.arrivals] == [200, 200]

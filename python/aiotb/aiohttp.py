@@ -30,9 +30,9 @@ def limiter_middleware(limiter: Limiter, *, amount: float | Callable[[aiohttp.Cl
     holds it until it is closed.
 
     A 429 or 503 response with a ``Retry-After`` header calls ``limiter.retry_after(header)``, so
-    that no request of any task is sent before then (the last attempt's too); the response is read
-    and released, and the request is sent again in a new slot, at most ``retries`` times; the last
-    response is returned as it is. A ``Retry-After`` that is neither delta-seconds nor an HTTP date, or is too far ahead
+    that no request of any task is sent before then, even once this request has no retries left;
+    the response is read and released, and the request is sent again in a new slot, at most ``retries``
+    times; the last response is returned as it is. A ``Retry-After`` that is neither delta-seconds nor an HTTP date, or is too far ahead
     for the limiter, is taken as no ``Retry-After``: the response is returned, and the limiter is
     not paused. aiohttp's ``ClientTimeout.total`` (5 minutes by default) counts the wait for the
     limiter and for a ``Retry-After`` too: a long queue ends in ``TimeoutError`` unless it is

@@ -29,9 +29,9 @@ class LimitedTransport(httpx.AsyncBaseTransport):
     holds it, and a window's capacity with it, until it is closed.
 
     A 429 or 503 response with a ``Retry-After`` header calls ``limiter.retry_after(header)``, so
-    that no request of any task is sent before then (the last attempt's too); the response is read
-    and closed, and the request is sent again in a new slot, at most ``retries`` times; the last
-    response is returned as it is. A request whose body is a stream cannot be sent twice (httpx raises
+    that no request of any task is sent before then, even once this request has no retries left;
+    the response is read and closed, and the request is sent again in a new slot, at most ``retries``
+    times; the last response is returned as it is. A request whose body is a stream cannot be sent twice (httpx raises
     ``StreamConsumed``). A ``Retry-After`` that is neither delta-seconds nor an HTTP date, or is
     too far ahead for the limiter, is taken as no ``Retry-After``: the response is returned, and
     the limiter is not paused. The wait for the limiter and for a ``Retry-After`` is not bounded
