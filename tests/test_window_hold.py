@@ -266,3 +266,35 @@ def test_a_timeout_holds_while_grants_stay_in_use_longer_than_projected(lib, vru
         return [refused_at, failed_at, loop.time(), limiter.stats().timeouts, limiter.stats().cancelled]
 
     assert vrun(main()) == [0.125, 2.125, 6.0, 1, 1]
+
+
+def test_a_slot_says_whether_it_holds(lib, vrun):
+    async def main() -> list[bool]:
+        window, bucket = lib.WindowLimiter(2, 1), lib.Limiter(2, 1)
+        seen = []
+        slot = window.slot()
+        seen.append(slot.held)
+        async with slot:
+            seen.append(slot.held)
+        seen.append(slot.held)
+        paced = bucket.slot()
+        async with paced:
+            seen.append(paced.held)  # a bucket holds nothing
+        return seen
+
+    assert vrun(main()) == [False, True, False, False]
+
+
+@pytest.mark.parametrize("call", ["penalize", "retry_after"])
+def test_a_pause_beyond_the_engines_range_names_its_parameter(lib, vrun, call):
+    async def main() -> float:
+        limiter = lib.Limiter(10, 1)
+        name = "seconds" if call == "penalize" else "value"
+        with pytest.raises(ValueError, match=f"^{name} must be below"):
+            getattr(limiter, call)(3e8)
+        if call == "retry_after":
+            with pytest.raises(ValueError, match="^value must be below"):
+                limiter.retry_after("999999999999")
+        return limiter.tokens
+
+    assert vrun(main()) == 10.0

@@ -65,6 +65,11 @@ class Slot:
     async def __aexit__(self, *exc_info: object) -> None:
         self.release()
 
+    @property
+    def held(self) -> bool:
+        """Whether the slot holds a window's grant now: entered, and neither exited nor released."""
+        return self._held
+
     def release(self) -> None:
         """Ends the hold now, before the block exits (say, once a response is read); once only."""
         if self._held:
@@ -271,7 +276,7 @@ class Limiter(Bucket):
 
     def penalize(self, seconds: float) -> None:
         """Grants nothing for ``seconds`` from now: a server's ``Retry-After``."""
-        span = _params.seconds("seconds", seconds)
+        span = _params.pause("seconds", seconds)
         loop = asyncio.events._get_running_loop()
         self.pause_until((loop.time() if loop is not None else time.monotonic()) + span)
 

@@ -149,6 +149,16 @@ def seconds(name: str, value: object) -> float:
     return span
 
 
+def pause(name: str, value: object, span: float | None = None) -> float:
+    """The span of a pause: seconds(name, value), or span if given, shorter than the engine's range
+    (about 9 years), or TypeError/ValueError."""
+    if span is None:
+        span = seconds(name, value)
+    if span >= MAX_SPAN / 1e9:
+        raise ValueError(f"{name} must be below {MAX_SPAN / 1e9:.0f} s (about 9 years), got {value!r}")
+    return span
+
+
 _DELTA_SECONDS = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
@@ -160,14 +170,14 @@ def retry_after(value: object, wall_now: datetime.datetime) -> float:
     if not isinstance(value, str):
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError(f"value must be a Retry-After header value or a number of seconds, got {value!r}")
-        return seconds("value", value)
+        return pause("value", value)
     text = value.strip()
     if _DELTA_SECONDS.fullmatch(text):
-        return seconds("value", float(text))
+        return pause("value", value, float(text))
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
         raise ValueError(f"value must be delta-seconds or an HTTP date, got {value!r}") from None
     if when.tzinfo is None:  # "-0000": UTC, as HTTP dates are
         when = when.replace(tzinfo=datetime.timezone.utc)
-    return max(0.0, (when - wall_now).total_seconds())
+    return pause("value", value, max(0.0, (when - wall_now).total_seconds()))
