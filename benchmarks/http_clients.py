@@ -3,8 +3,11 @@
 Real HTTP clients (aiohttp and httpx) send requests through each limiter to a local server, run in
 a process of its own (tests/http_server.py), that lets through at most 100 requests in any sliding
 second, counted on arrival, answers 429 above it, and takes a processing time plus a random jitter
-to answer. Each run starts every request at once, as 600 tasks (a fresh server, a fresh client
-session and loop per run), and repeats; medians are reported. Cases:
+to answer: 5 ms plus 0-10 ms for every case, then 50 ms plus 0-100 ms (slow), and again 5 ms plus
+0-10 ms with cold connections (what is granted in a run's first 150 ms sets out then, as connections
+being opened hold it) for the cases with a block or a bare acquire around aiohttp. Each run starts
+every request at once, as 600 tasks (a fresh server, a fresh client session and loop per run), and
+repeats; medians are reported. Cases:
   * aiotb ``WindowLimiter(98, 1)``: ``async with limiter:`` around each request (aiohttp), the httpx
     transport (``aiotb.httpx.LimitedTransport``) and the aiohttp middleware
     (``aiotb.aiohttp.limiter_middleware``), each holding the slot until the response is read;
@@ -13,12 +16,13 @@ session and loop per run), and repeats; medians are reported. Cases:
   * aiotb ``Limiter(90, 1, burst=5)``, a bucket, through the same three clients;
   * aiolimiter ``AsyncLimiter(98, 1)`` with ``async with`` around each request, on aiohttp and httpx.
 Then a server that answers every request 429 with ``Retry-After: 1`` for its first 2 s: the httpx
-transport and the aiohttp middleware, 200 requests each through ``WindowLimiter(98, 1)``.
+transport and the aiohttp middleware, 200 requests each through ``WindowLimiter(98, 1)`` and through
+``Limiter(90, 1, burst=5)``.
 
 For each case: the 429s (a request answered 429 is not sent again), the most requests answered 200
-in any second at the server, and the rate: the configured rate times the time the limiter's own
-schedule would take on a server that answers at once, over the time the arrivals took (up to the
-last arrival the schedule starts a window or a refill with). Writes http_clients/RESULTS.md beside
+in any second at the server, and the rate of the arrivals (429s included): the configured rate
+times the time the limiter's own schedule would take on a server that answers at once, over the
+time the arrivals took (up to the last arrival the schedule starts a window or a refill with). Writes http_clients/RESULTS.md beside
 this file (--out to write elsewhere) and prints the same tables."""
 
 from __future__ import annotations
@@ -237,13 +241,11 @@ def measure(name: str, setting: str, count: int, seed: int) -> dict[str, Any]:
             "configured": schedule[1]}
 
 
-async def retry_case(client: str, url: str, count: int) -> dict[str, Any]:
-    """count requests through WindowLimiter(98, 1) and the client's integration against a server
-    that answers 429 with Retry-After: 1 for its first 2 s: when each attempt was sent, and when
-    each answer came back to the client, with its status."""
-    from aiotb import WindowLimiter
-
-    limiter = WindowLimiter(98, 1)
+async def retry_case(client: str, make_limiter: Callable[[], Any], url: str, count: int) -> dict[str, Any]:
+    """count requests through a new limiter and the client's integration against a server that
+    answers 429 with Retry-After: 1 for its first 2 s: when each attempt was sent, and when each
+    answer came back to the client, with its status."""
+    limiter = make_limiter()
     sends: list[float] = []  # when an attempt left the limiter for the connection
     answers: list[tuple[float, int]] = []  # when a response came back to the client, its status
 
@@ -289,14 +291,17 @@ async def retry_case(client: str, url: str, count: int) -> dict[str, Any]:
     return {"statuses": statuses, "sends": sends, "answers": answers}
 
 
-def measure_retry(client: str, count: int) -> dict[str, Any]:
+RETRY_LIMITERS = {"WindowLimiter(98, 1)": window, "Limiter(90, 1, burst=5)": bucket}
+
+
+def measure_retry(client: str, limiter: str, count: int) -> dict[str, Any]:
     """The Retry-After run of one client: the final statuses; the pause, from each 429's return to
     the client until 1 s later (the union of those); attempts sent inside it; how long after its
     end sending resumed."""
     server = Server(max_requests=SERVER_LIMIT, window=1.0, processing=SETTINGS["fast"][0],
                     jitter=SETTINGS["fast"][1], throttle_for=2.0, throttle_retry_after="1")
     with server as url:
-        got = asyncio.run(retry_case(client, url, count))
+        got = asyncio.run(retry_case(client, RETRY_LIMITERS[limiter], url, count))
     pauses: list[list[float]] = []
     for back in sorted(at for at, status in got["answers"] if status == 429):
         if pauses and back <= pauses[-1][1]:
@@ -328,7 +333,7 @@ def tables(results: dict[str, Any]) -> str:
                 if cold else "")
         lines += [f"### Server processing {processing * 1e3:g} ms + jitter 0–{jitter * 1e3:g} ms{late} "
                   f"({results[runs_key]} runs each)", "",
-                  "| limiter, client | 429s per run | busiest second at the server | rate /s (median) | "
+                  "| limiter, client | 429s per run | busiest second at the server | rate of arrivals /s (median) | "
                   "% of configured | target |", "|---|---|---|---|---|---|"]
         for name, runs in results["cases"][setting].items():
             configured = runs[0]["configured"]
@@ -345,11 +350,11 @@ def tables(results: dict[str, Any]) -> str:
     lines += ["### Retry-After: the server answers 429 with Retry-After: 1 for its first 2 s", "",
               "A pause runs from a 429's return to the client until 1 s later (overlapping ones merged); "
               "attempts are counted as they leave the limiter for the connection.", "",
-              "| client (WindowLimiter(98, 1)) | requests | answered 200 in the end | 429s | attempts | "
+              "| aiotb limiter, client | requests | answered 200 in the end | 429s | attempts | "
               "pauses (s) | attempts sent during a pause | sending resumed after the pause (ms) |",
               "|---|---|---|---|---|---|---|---|"]
-    for client, run in results["retry"].items():
-        lines.append(f"| {client} | {run['requests']} | {run['all_200']} | {run['429s']} | {run['attempts']} | "
+    for case, run in results["retry"].items():
+        lines.append(f"| {case} | {run['requests']} | {run['all_200']} | {run['429s']} | {run['attempts']} | "
                      f"{', '.join(f'{p:.3f}' for p in run['pauses'])} | {run['sent_during_pause']} | "
                      f"{', '.join(f'{g:.2f}' for g in run['resumed_after_ms'])} |")
     return "\n".join(lines) + "\n"
@@ -377,9 +382,11 @@ def main() -> None:
                 seed += 1
                 print(f"{setting} | {name}: {done[-1]}", file=sys.stderr, flush=True)
             results["cases"][setting][name] = done
-    for client in ("httpx transport", "aiohttp middleware"):
-        results["retry"][client] = measure_retry(client.split()[0], profile["retry_requests"])
-        print(f"retry | {client}: {results['retry'][client]}", file=sys.stderr, flush=True)
+    for limiter in RETRY_LIMITERS:
+        for client in ("httpx transport", "aiohttp middleware"):
+            case = f"{limiter}, {client}"
+            results["retry"][case] = measure_retry(client.split()[0], limiter, profile["retry_requests"])
+            print(f"retry | {case}: {results['retry'][case]}", file=sys.stderr, flush=True)
     report = tables(results)
     print(report)
     args.out.mkdir(parents=True, exist_ok=True)
