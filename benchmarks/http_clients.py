@@ -36,10 +36,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 HERE = Path(__file__).resolve().parent
-TESTS = HERE.parent / "tests"
+sys.path.insert(0, str(HERE.parent / "tests"))  # the suite's server, tests/http_server.py
+
+from http_server import RateLimitedServer, busiest
 
 SERVER_LIMIT = 100  # requests in any sliding second, counted on arrival
 TARGET_RATE_PCT = 97.0
@@ -60,8 +62,6 @@ PROFILES = {
 
 def serve(options: dict[str, Any]) -> None:
     """Runs the server until stdin closes; prints its URL first, then what arrived (JSON)."""
-    sys.path.insert(0, str(TESTS))
-    from http_server import RateLimitedServer
 
     async def main() -> None:
         async with RateLimitedServer(**options) as server:
@@ -202,16 +202,6 @@ OTHER_CASES = ["aiotb WindowLimiter(98, 1), aiohttp, async with", "aiotb WindowL
 TARGETED = {name for name in CASES if name.startswith("aiotb") and "bare acquire" not in name}
 
 
-def busiest(times: list[float], span: float = 1.0) -> int:
-    """The most of times (sorted) in one window [t, t + span)."""
-    most, start = 0, 0
-    for end, at in enumerate(times):
-        while times[start] <= at - span:
-            start += 1
-        most = max(most, end - start + 1)
-    return most
-
-
 def rate(schedule: tuple[str, float, int], arrivals: list[float]) -> float:
     """The configured rate times the time the limiter's schedule takes, on a server that answers at
     once, over the time the arrivals took: up to the last arrival that starts a window (a window)
@@ -237,7 +227,7 @@ def measure(name: str, setting: str, count: int, seed: int) -> dict[str, Any]:
     ok = sorted(at for at, status in server.arrivals if status == 200)
     return {"requests": count, "answered": len(statuses), "429": statuses.count(429),
             "server_429": sum(1 for _, status in server.arrivals if status == 429),
-            "busiest": busiest(ok), "rate": rate(schedule, sorted(at for at, _ in server.arrivals)),
+            "busiest": busiest(ok, 1.0), "rate": rate(schedule, sorted(at for at, _ in server.arrivals)),
             "configured": schedule[1]}
 
 

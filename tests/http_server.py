@@ -105,11 +105,15 @@ class RateLimitedServer:
     def busiest(self, window: float | None = None) -> int:
         """The most requests answered 200 that arrived in one window of ``window`` seconds (default: the
         server's), as [t, t + window)."""
-        span = self.window if window is None else window
-        times = [arrival.at for arrival in self.arrivals if arrival.status == 200]
-        most, start = 0, 0
-        for end, at in enumerate(times):
-            while times[start] <= at - span:
-                start += 1
-            most = max(most, end - start + 1)
-        return most
+        return busiest([arrival.at for arrival in self.arrivals if arrival.status == 200],
+                       self.window if window is None else window)
+
+
+def busiest(times: list[float], span: float) -> int:
+    """The most of times (sorted) in one window [t, t + span)."""
+    most, start = 0, 0
+    for end, at in enumerate(times):
+        while times[start] <= at - span:
+            start += 1
+        most = max(most, end - start + 1)
+    return most

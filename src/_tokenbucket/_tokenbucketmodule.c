@@ -404,15 +404,22 @@ static PyObject *bucket_next_due(PyObject *op, PyObject *Py_UNUSED(ignored))
     return PyFloat_FromDouble(ns_to_seconds(at));
 }
 
+// Reads the amount the glue passes (a float it checked) and the clock of a configured bucket. 0, or -1.
+static int glue_amount_now(BucketObject *self, PyObject *arg, double *amount, tb_ns *now)
+{
+    *amount = PyFloat_AsDouble(arg);
+    if (*amount == -1.0 && PyErr_Occurred())
+        return -1;
+    return configured_now(self, now);
+}
+
 // _refund(amount): gives back tokens granted to a waiter that never used them.
 static PyObject *bucket_refund(PyObject *op, PyObject *arg)
 {
     BucketObject *self = (BucketObject *)op;
-    double amount = PyFloat_AsDouble(arg);
-    if (amount == -1.0 && PyErr_Occurred())
-        return NULL;
+    double amount;
     tb_ns now;
-    if (configured_now(self, &now) < 0)
+    if (glue_amount_now(self, arg, &amount, &now) < 0)
         return NULL;
     tb_refund(&self->core, amount, now);
     Py_RETURN_NONE;
@@ -435,11 +442,9 @@ static PyObject *bucket_hold(PyObject *op, PyObject *arg)
 static PyObject *bucket_end_hold(PyObject *op, PyObject *arg)
 {
     BucketObject *self = (BucketObject *)op;
-    double amount = PyFloat_AsDouble(arg);
-    if (amount == -1.0 && PyErr_Occurred())
-        return NULL;
+    double amount;
     tb_ns now;
-    if (configured_now(self, &now) < 0)
+    if (glue_amount_now(self, arg, &amount, &now) < 0)
         return NULL;
     tb_end_hold(&self->core, amount, now);
     Py_RETURN_NONE;
