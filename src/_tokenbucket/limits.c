@@ -20,8 +20,7 @@
 // Whether x is a finite number > 0.
 static bool positive(double x) { return x > 0 && isfinite(x); }
 
-// A span of ns >= 0 in ticks, rounded up: what a grant of that span needs (INT64_MAX from 2^63 ticks).
-static int64_t ticks(double ns)
+int64_t tb_ticks(double ns)
 {
     double exact = ns * TB_TICKS_PER_NS;
     if (!(exact < 0x1p63))
@@ -38,22 +37,19 @@ static int64_t ticks_down(double ns)
     return exact < 0x1p63 ? (int64_t)exact : INT64_MAX;
 }
 
-// The instant now in ticks.
-static int64_t at_tick(tb_ns now) { return now * TB_TICKS_PER_NS; }
+int64_t tb_at_tick(tb_ns now) { return now * TB_TICKS_PER_NS; }
 
-// The first whole nanosecond at or after tick t.
-static tb_ns ns_from(int64_t t)
+tb_ns tb_ns_from(int64_t t)
 {
     return t / TB_TICKS_PER_NS + (t % TB_TICKS_PER_NS > 0);
 }
 
-// The latest F a rate full at now may keep: a fuller one is just as full, and F stays in range.
-static tb_gcra full_since(tb_ns now) { return at_tick(now) - TB_TICKS_PER_NS; }
+tb_gcra tb_full_since(tb_ns now) { return tb_at_tick(now) - TB_TICKS_PER_NS; }
 
 // F - now in ticks: how long until the rate is full again (negative: full since then).
 static int64_t debt(tb_gcra f, tb_ns now)
 {
-    return f - at_tick(now);
+    return f - tb_at_tick(now);
 }
 
 // Whether need ticks of tokens fit in the rate at now.
@@ -69,38 +65,34 @@ static bool fits(const tb_rate *r, tb_gcra f, int64_t need, tb_ns now)
 // slow the rate down (and the projection, which assumes no loss, would promise too early).
 static bool full_before(tb_gcra f, tb_ns now)
 {
-    return f <= full_since(now);
+    return f <= tb_full_since(now);
 }
 
-// Takes need ticks of tokens at now: F = max(F, now) + need, except that a rate full for
-// less than a nanosecond keeps its F (see full_before).
-static void consume(tb_gcra *f, int64_t need, tb_ns now)
+tb_gcra tb_gcra_take(tb_gcra f, int64_t need, tb_ns now)
 {
-    if (full_before(*f, now))
-        *f = at_tick(now);
-    *f += need;
+    return (full_before(f, now) ? tb_at_tick(now) : f) + need;
 }
 
-// First instant >= now at which need (<= burst_ticks) ticks of tokens fit: F - t <= burst - need.
-static tb_ns rate_fit_at(const tb_rate *r, tb_gcra f, int64_t need, tb_ns now)
+tb_ns tb_rate_fit_at(const tb_rate *r, tb_gcra f, int64_t need, tb_ns now)
 {
-    return fits(r, f, need, now) ? now : ns_from(f - (r->burst_ticks - need));
+    return fits(r, f, need, now) ? now : tb_ns_from(f - (r->burst_ticks - need));
 }
 
-// Tokens one rate holds at now.
-static double rate_tokens(const tb_rate *r, tb_gcra f, tb_ns now)
+double tb_rate_balance(const tb_rate *r, tb_gcra f, tb_ns now)
 {
     int64_t owed = debt(f, now);
-    if (owed <= 0)
-        return r->burst;
-    double tokens = r->burst - (double)owed / TB_TICKS_PER_NS / r->ns_per_token;
+    return owed <= 0 ? r->burst : r->burst - (double)owed / TB_TICKS_PER_NS / r->ns_per_token;
+}
+
+double tb_rate_tokens(const tb_rate *r, tb_gcra f, tb_ns now)
+{
+    double tokens = tb_rate_balance(r, f, now);
     return tokens > 0 ? tokens : 0;
 }
 
-// F for a rate that holds tokens at now.
-static tb_gcra holding(const tb_rate *r, double tokens, tb_ns now)
+tb_gcra tb_rate_holding(const tb_rate *r, double tokens, tb_ns now)
 {
-    return at_tick(now) + ticks((r->burst - (tokens < r->burst ? tokens : r->burst)) * r->ns_per_token);
+    return tb_at_tick(now) + tb_ticks((r->burst - (tokens < r->burst ? tokens : r->burst)) * r->ns_per_token);
 }
 
 /* ---- the window: a log of grants, oldest first ---- */
@@ -229,7 +221,7 @@ static bool all_fit(const tb_limits *l, double amount, tb_ns t)
     if (t < l->paused_until)
         return false;
     for (uint32_t i = 0; i < l->nrates; i++)
-        if (!fits(&l->rates[i], l->state[i], ticks(amount * l->rates[i].ns_per_token), t))
+        if (!fits(&l->rates[i], l->state[i], tb_ticks(amount * l->rates[i].ns_per_token), t))
             return false;
     return window_fits(&l->window, amount, t);
 }
@@ -242,7 +234,7 @@ static tb_ns all_fit_at(const tb_limits *l, double amount, tb_ns t)
     if (t < l->paused_until)
         t = l->paused_until;
     for (uint32_t i = 0; i < l->nrates; i++) {
-        tb_ns ready = rate_fit_at(&l->rates[i], l->state[i], ticks(amount * l->rates[i].ns_per_token), t);
+        tb_ns ready = tb_rate_fit_at(&l->rates[i], l->state[i], tb_ticks(amount * l->rates[i].ns_per_token), t);
         if (ready > t)
             t = ready;
     }
@@ -254,7 +246,7 @@ static tb_ns all_fit_at(const tb_limits *l, double amount, tb_ns t)
 static void take_all(tb_limits *l, double amount, tb_ns rates_at, tb_ns now)
 {
     for (uint32_t i = 0; i < l->nrates; i++)
-        consume(&l->state[i], ticks(amount * l->rates[i].ns_per_token), rates_at);
+        l->state[i] = tb_gcra_take(l->state[i], tb_ticks(amount * l->rates[i].ns_per_token), rates_at);
     window_record(&l->window, amount, now);
 }
 
@@ -268,18 +260,24 @@ static double most_grantable(const tb_limits *l)
     return most;
 }
 
-// Whether a rate's parameters are usable.
-static bool rate_ok(double ns_per_token, double burst, double initial)
+bool tb_rate_ok(double ns_per_token, double burst, double initial)
 {
     return positive(ns_per_token) && positive(burst) && initial >= 0 && initial <= burst &&
            burst * ns_per_token <= (double)TB_MAX_SPAN;
+}
+
+tb_rate tb_rate_make(double ns_per_token, double burst, double initial)
+{
+    return (tb_rate){.ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token,
+                     .initial = initial, .burst_ticks = tb_ticks(burst * ns_per_token),
+                     .token_ticks = tb_ticks(ns_per_token)};
 }
 
 /* ---- set-up ---- */
 
 tb_status tb_limits_init(tb_limits *l, double ns_per_token, double burst, double initial)
 {
-    if (!rate_ok(ns_per_token, burst, initial))
+    if (!tb_rate_ok(ns_per_token, burst, initial))
         return TB_EINVAL;
     *l = (tb_limits){.paused_until = INT64_MIN};
     return tb_limits_add_rate(l, ns_per_token, burst, initial);
@@ -303,11 +301,9 @@ tb_status tb_limits_init_window(tb_limits *l, tb_ns period, double limit)
 
 tb_status tb_limits_add_rate(tb_limits *l, double ns_per_token, double burst, double initial)
 {
-    if (l->nrates == TB_MAX_RATES || l->anchored || !rate_ok(ns_per_token, burst, initial))
+    if (l->nrates == TB_MAX_RATES || l->anchored || !tb_rate_ok(ns_per_token, burst, initial))
         return TB_EINVAL;
-    l->rates[l->nrates++] = (tb_rate){.ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token,
-                                      .initial = initial, .burst_ticks = ticks(burst * ns_per_token),
-                                      .token_ticks = ticks(ns_per_token)};
+    l->rates[l->nrates++] = tb_rate_make(ns_per_token, burst, initial);
     l->max_amount = most_grantable(l);
     l->plain = l->nrates == 1 && l->window.period == 0 && l->paused_until == INT64_MIN;
     debug_check(l);
@@ -329,7 +325,7 @@ void tb_limits_anchor(tb_limits *l, tb_ns now)
         return;
     l->anchored = true;
     for (uint32_t i = 0; i < l->nrates; i++)
-        l->state[i] = holding(&l->rates[i], l->rates[i].initial, now);
+        l->state[i] = tb_rate_holding(&l->rates[i], l->rates[i].initial, now);
 }
 
 double tb_limits_tokens(tb_limits *l, tb_ns now)
@@ -339,7 +335,7 @@ double tb_limits_tokens(tb_limits *l, tb_ns now)
         return 0;
     double tokens = l->window.period ? l->window.limit - window_used(&l->window, now) : INFINITY;
     for (uint32_t i = 0; i < l->nrates; i++) {
-        double held = rate_tokens(&l->rates[i], l->state[i], now);
+        double held = tb_rate_tokens(&l->rates[i], l->state[i], now);
         if (held < tokens)
             tokens = held;
     }
@@ -387,10 +383,10 @@ bool tb_limits_take_now(tb_limits *l, double amount, tb_ns now)
     tb_limits_anchor(l, now);
     if (l->plain) {  /* the uncontended path of a plain limiter, kept short */
         const tb_rate *r = &l->rates[0];
-        int64_t need = amount == 1.0 ? r->token_ticks : ticks(amount * r->ns_per_token);
+        int64_t need = amount == 1.0 ? r->token_ticks : tb_ticks(amount * r->ns_per_token);
         if (!fits(r, l->state[0], need, now))
             return false;
-        consume(&l->state[0], need, now);
+        l->state[0] = tb_gcra_take(l->state[0], need, now);
         debug_check(l);
         return true;
     }
@@ -406,8 +402,8 @@ void tb_limits_refund(tb_limits *l, double amount, tb_ns now)
     tb_limits_anchor(l, now);
     for (uint32_t i = 0; i < l->nrates; i++) {
         l->state[i] -= ticks_down(amount * l->rates[i].ns_per_token);
-        if (l->state[i] < full_since(now))
-            l->state[i] = full_since(now);
+        if (l->state[i] < tb_full_since(now))
+            l->state[i] = tb_full_since(now);
     }
     window_unrecord(&l->window, amount);
     debug_check(l);
@@ -469,15 +465,15 @@ tb_ns tb_limits_projection(tb_limits *l, const tb_ahead *ahead, double amount, t
     double need = (ahead->total + amount) * rate->ns_per_token + (double)ahead->count / TB_TICKS_PER_NS;
     if (!(need < (double)HORIZON))
         return TB_NEVER;
-    int64_t need_ticks = ticks(need);
+    int64_t need_ticks = tb_ticks(need);
     if (need_ticks <= rate->burst_ticks) {
-        tb_ns t = rate_fit_at(rate, l->state[0], need_ticks, now);
+        tb_ns t = tb_rate_fit_at(rate, l->state[0], need_ticks, now);
         return t < HORIZON ? t : TB_NEVER;
     }
-    tb_gcra full = full_before(l->state[0], now) ? at_tick(now) : l->state[0];
+    tb_gcra full = full_before(l->state[0], now) ? tb_at_tick(now) : l->state[0];
     if (!((double)full / TB_TICKS_PER_NS + need < (double)HORIZON))
         return TB_NEVER;  /* a long queue at a slow rate */
-    tb_ns t = ns_from(full + (need_ticks - rate->burst_ticks));  /* max(F, now) + need - burst */
+    tb_ns t = tb_ns_from(full + (need_ticks - rate->burst_ticks));  /* max(F, now) + need - burst */
     return t > now ? t : now;
 }
 
@@ -502,14 +498,13 @@ void tb_limits_set_late_credit(tb_limits *l, double tokens)
 
 tb_status tb_limits_set_rate(tb_limits *l, uint32_t index, double ns_per_token, double burst, tb_ns now)
 {
-    if (index >= l->nrates || !rate_ok(ns_per_token, burst, 0))
+    if (index >= l->nrates || !tb_rate_ok(ns_per_token, burst, 0))
         return TB_EINVAL;
     tb_limits_anchor(l, now);
     tb_rate *r = &l->rates[index];
-    double tokens = rate_tokens(r, l->state[index], now);
-    *r = (tb_rate){.ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token,
-                   .burst_ticks = ticks(burst * ns_per_token), .token_ticks = ticks(ns_per_token)};
-    l->state[index] = holding(r, tokens, now);
+    double tokens = tb_rate_tokens(r, l->state[index], now);
+    *r = tb_rate_make(ns_per_token, burst, 0);
+    l->state[index] = tb_rate_holding(r, tokens, now);
     l->max_amount = most_grantable(l);
     debug_check(l);
     return TB_OK;
@@ -540,9 +535,9 @@ void tb_limits_rebase(tb_limits *l, tb_ns then, tb_ns now)
         return;
     tb_ns shift = now - then;
     for (uint32_t i = 0; i < l->nrates; i++) {
-        if (l->state[i] < full_since(then))
-            l->state[i] = full_since(then);
-        l->state[i] += at_tick(shift);
+        if (l->state[i] < tb_full_since(then))
+            l->state[i] = tb_full_since(then);
+        l->state[i] += tb_at_tick(shift);
     }
     for (uint32_t i = 0; i < l->window.log_count; i++)
         log_at(&l->window, i)->at += shift;
@@ -558,7 +553,7 @@ int tb_limits_check(const tb_limits *l)
     for (uint32_t i = 0; i < l->nrates; i++) {
         const tb_rate *r = &l->rates[i];
         if (!positive(r->ns_per_token) || !positive(r->burst) || r->burst_ns != r->burst * r->ns_per_token ||
-            r->burst_ticks != ticks(r->burst_ns) || r->token_ticks != ticks(r->ns_per_token))
+            r->burst_ticks != tb_ticks(r->burst_ns) || r->token_ticks != tb_ticks(r->ns_per_token))
             return 1;
     }
     if (l->max_amount != most_grantable(l))

@@ -87,6 +87,35 @@ typedef struct {
     void *cursor;
 } tb_ahead;
 
+/* ---- one rate's arithmetic, shared with the store in shared memory (shm.h) ---- */
+
+/* A span of ns >= 0 in ticks, rounded up: what a grant of that span needs (INT64_MAX from 2^63 ticks). */
+int64_t tb_ticks(double ns);
+/* The instant now in ticks. */
+int64_t tb_at_tick(tb_ns now);
+/* The first whole nanosecond at or after tick t. */
+tb_ns tb_ns_from(int64_t t);
+/* The latest F a rate full at now may keep: a fuller one is just as full, and F stays in range. */
+tb_gcra tb_full_since(tb_ns now);
+/* Whether a rate's parameters are usable: refill and burst finite and > 0, initial in [0, burst], a
+ * full refill within TB_MAX_SPAN. */
+bool tb_rate_ok(double ns_per_token, double burst, double initial);
+/* The rate of those parameters (which tb_rate_ok accepts), with its spans in ticks. */
+tb_rate tb_rate_make(double ns_per_token, double burst, double initial);
+/* F after need ticks of tokens are taken at now: max(F, now) + need, except that a rate full for less
+ * than a nanosecond keeps its F (refill younger than that is not lost to a grant at the next nanosecond). */
+tb_gcra tb_gcra_take(tb_gcra f, int64_t need, tb_ns now);
+/* First instant >= now at which need (<= burst_ticks) ticks of tokens fit: F - t <= burst - need. */
+tb_ns tb_rate_fit_at(const tb_rate *r, tb_gcra f, int64_t need, tb_ns now);
+/* Tokens the rate holds at now, below 0 when F is more than a burst ahead (tokens reserved ahead). */
+double tb_rate_balance(const tb_rate *r, tb_gcra f, tb_ns now);
+/* Tokens one rate holds at now: its balance, but never below 0. */
+double tb_rate_tokens(const tb_rate *r, tb_gcra f, tb_ns now);
+/* F for a rate that holds tokens (at most its burst) at now. */
+tb_gcra tb_rate_holding(const tb_rate *r, double tokens, tb_ns now);
+
+/* ---- limits ---- */
+
 /* Sets up limits of one rate; TB_OK, or TB_EINVAL if a parameter is out of range. */
 tb_status tb_limits_init(tb_limits *l, double ns_per_token, double burst, double initial);
 /* Sets up limits of a strict sliding window only; TB_OK, TB_EINVAL or TB_ENOMEM. */
