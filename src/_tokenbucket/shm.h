@@ -1,0 +1,142 @@
+/* A limiter shared by the processes of one host: the rates of limits.h in one segment of shared memory that
+ * every process maps (a fixed struct, no pointers), changed by compare-and-swap on 64-bit words only. No
+ * locks: a process killed at any instruction leaves the segment usable by the others. Every operation takes
+ * now in nanoseconds on CLOCK_MONOTONIC, which the processes share; nothing here reads a clock or maps memory
+ * (shm_posix.h does that).
+ *
+ * Publication. The creator fills a zeroed segment and then stores magic (the bytes "aiotbshm"): a joiner that
+ * reads 0 there is early (TB_SHM_ENOTREADY), one that reads anything else but magic has a foreign segment. The
+ * header, once published, never changes; it is still checked on every join (tb_shm_check), as the segment is
+ * untrusted input, and every word read later is checked before use.
+ *
+ * A rate's state is one word: F (the instant it is full again, in ticks as in limits.h) modulo 2^62, and the
+ * generation of its parameters modulo 3 (3: not anchored yet; the high bits then hold the generation). F is
+ * read back relative to now: up to 2^60 ticks (TB_SHM_HORIZON) ahead or 2^61 behind; further behind reads as
+ * full, so a rate left idle for more than ~6.8 years may read as owing up to TB_SHM_HORIZON: stricter, never
+ * looser. The first use anchors a rate, by compare-and-swap from the sentinel, so racing first users agree.
+ *
+ * Reservations (Go's x/time/rate reserveN, governor): the grant instant is the latest over the rates of the
+ * first instant each fits, and not before the pause; each rate is then taken as of that instant, rate by
+ * rate, each by one compare-and-swap, the earlier ones given back should a later one have moved past the
+ * deadline. A pause set after a reservation does not move it.
+ *
+ * Cancel gives a rate back only when its word is still exactly what this reservation left there (nobody
+ * reserved after it, or all who did cancelled first): then the word before it is restored. Otherwise nothing
+ * comes back: what is lost is the whole need of every cancel that is not the latest on its rate, and of every
+ * cancel at or after its grant instant. Go's rule (give back the need minus what was reserved after) is not
+ * used: with cancels out of order it can exceed the bound (tests/c/test_shm.c has the case), while an exact
+ * restore provably keeps it. A killed process loses at most the tokens it had reserved.
+ *
+ * set_rate publishes new parameters together with F converted to them, in one compare-and-swap of the state
+ * word, so no reader can pair a word with the wrong parameters: F must be published with the generation, as
+ * no unit of F stays valid across a change of refill (tokens held at the change are kept, down to below 0 for
+ * tokens reserved ahead). The parameters are too wide for that word, so each generation has a record of four
+ * tagged words in one of three slots (mod 3), and a change word per rate orders the writers: a writer claims
+ * the next generation with a ticket (phase WRITING), writes its record (each word only over words of older
+ * tickets), marks it COMPLETE, and publishes; anyone finding a COMPLETE change, or a WRITING one whose record
+ * is whole, finishes it, so a writer killed after writing loses nothing; a WRITING one with a partial record
+ * is overtaken by the next writer (its late writes fail the ticket order) and returns TB_SHM_EAGAIN, so a
+ * writer killed mid-record blocks no one. A live record is never rewritten while its generation is live (its
+ * slot comes round again three generations later), so readers take it without retrying unless a change
+ * raced them. set_rate is thus obstruction-free (two set_rates of one rate at once may make one return
+ * TB_SHM_EAGAIN), and never blocks a reservation.
+ *
+ * Ranges: |now| < TB_MAX_SPAN (2^58 ns), a full refill (burst * ns_per_token) up to TB_SHM_MAX_SPAN, and no
+ * grant TB_SHM_HORIZON or more ahead (TB_SHM_ETOOLATE). Generations and tickets count modulo 3 and 2^32: a
+ * reader stalled across three changes of one rate, whose F then comes back to the very value it read, or a
+ * writer stalled across 2^31 tickets, would go wrong. */
+#ifndef AIOTB_SHM_H
+#define AIOTB_SHM_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "limits.h"
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_LONG_LOCK_FREE == 2, "64-bit atomics must be lock-free");
+
+#define TB_SHM_MAGIC UINT64_C(0x6d687362746f6961)  /* the bytes "aiotbshm" in a little-endian word */
+#define TB_SHM_VERSION 1u
+#define TB_SHM_MAX_SPAN ((tb_ns)1 << 55)     /* longest full refill of a rate in a segment: ~1.14 years */
+#define TB_SHM_HORIZON ((tb_ns)1 << 56)      /* how far ahead of now a reservation may reach: ~2.28 years */
+
+typedef enum {
+    TB_SHM_OK = TB_OK,
+    TB_SHM_EINVAL = TB_EINVAL,        /* a parameter is out of range */
+    TB_SHM_ETOOLATE = TB_ETOOLATE,    /* the grant could not come by the deadline: nothing was taken */
+    TB_SHM_ENOTREADY,                 /* the creator has not published the segment yet: ask again later */
+    TB_SHM_EMISMATCH,                 /* a good segment, created with other parameters (tb_shm.created) */
+    TB_SHM_EFOREIGN,                  /* not a segment of this layout, or a corrupt one */
+    TB_SHM_EAGAIN,                    /* set_rate overtaken by another set_rate of the same rate: nothing changed */
+} tb_shm_status;
+
+/* One rate as given to create and join. */
+typedef struct {
+    double ns_per_token;  /* time to refill one token */
+    double burst;         /* capacity, in tokens */
+    double initial;       /* tokens at the first use */
+} tb_shm_params;
+
+/* One rate in the segment. */
+typedef struct {
+    _Atomic uint64_t state;         /* F mod 2^62 << 2 | generation mod 3; generation << 2 | 3 before the first use */
+    _Atomic uint64_t change;        /* the latest set_rate: ticket << 32 | target generation << 2 | phase */
+    _Atomic uint64_t record[3][4];  /* parameters by generation mod 3: the halves of ns_per_token and burst,
+                                     * each under its writer's ticket in the high 32 bits */
+} tb_shm_rate;
+
+/* The segment. */
+typedef struct {
+    _Atomic uint64_t magic;          /* TB_SHM_MAGIC once the creator has filled the rest; 0 until then */
+    uint32_t version;                /* TB_SHM_VERSION */
+    uint32_t size;                   /* sizeof(tb_shm) */
+    uint32_t nrates;                 /* 1..TB_MAX_RATES */
+    uint32_t ticks_per_ns;           /* TB_TICKS_PER_NS: the unit of F */
+    tb_shm_params created[TB_MAX_RATES];  /* as created: every joiner must agree */
+    _Atomic int64_t paused_until;    /* no grant before this instant (INT64_MIN: none) */
+    tb_shm_rate rates[TB_MAX_RATES];
+} tb_shm;
+
+/* What a reservation took, for its cancel. */
+typedef struct {
+    tb_ns at;                        /* the grant instant */
+    uint32_t nrates;                 /* rates taken from (0: none) */
+    uint64_t before[TB_MAX_RATES];   /* each rate's state word before it */
+    uint64_t after[TB_MAX_RATES];    /* and after it */
+} tb_shm_reservation;
+
+/* Fills a zeroed segment of len bytes that no one else has seen ready, then publishes it; TB_SHM_OK,
+ * TB_SHM_EINVAL for parameters out of range or len too short, TB_SHM_EFOREIGN if it was not zeroed. */
+tb_shm_status tb_shm_create(tb_shm *seg, size_t len, uint32_t nrates, const tb_shm_params *params);
+/* Whether a segment of len bytes is published and intact: TB_SHM_OK, TB_SHM_ENOTREADY or TB_SHM_EFOREIGN. */
+tb_shm_status tb_shm_validate(const tb_shm *seg, size_t len);
+/* tb_shm_validate, then TB_SHM_EMISMATCH unless it was created with these parameters. */
+tb_shm_status tb_shm_join(const tb_shm *seg, size_t len, uint32_t nrates, const tb_shm_params *params);
+/* 0 if every invariant of a published segment holds, else the number of the broken one: 1 the header, 2 a
+ * state word, 3 a change word, 4 a live record (exact when quiet; retried while changes race it). */
+int tb_shm_check(const tb_shm *seg);
+
+/* Reserves amount (> 0, at most every burst) at its first grant instant, written to r with what a cancel
+ * needs: TB_SHM_OK, TB_SHM_ETOOLATE (nothing taken) if that is after deadline (TB_NEVER: none) or
+ * TB_SHM_HORIZON ahead, TB_SHM_EINVAL, or TB_SHM_EFOREIGN for a corrupt segment. */
+tb_shm_status tb_shm_reserve(tb_shm *seg, double amount, tb_ns now, tb_ns deadline, tb_shm_reservation *r);
+/* Takes amount if it can be granted at now: TB_SHM_OK, TB_SHM_ETOOLATE (nothing taken), or as reserve. */
+tb_shm_status tb_shm_take_now(tb_shm *seg, double amount, tb_ns now);
+/* Cancels a reservation at now, giving back each rate no later reservation has built on (none once now is
+ * at or past its instant); returns how many rates it gave back. */
+uint32_t tb_shm_cancel(tb_shm *seg, const tb_shm_reservation *r, tb_ns now);
+/* Writes the tokens available at now (the fewest over the rates, 0 while paused): TB_SHM_OK, EINVAL, EFOREIGN. */
+tb_shm_status tb_shm_tokens(tb_shm *seg, tb_ns now, double *tokens);
+/* Writes the first instant >= now at which amount would be granted, taking nothing (TB_NEVER for amount over
+ * a burst): TB_SHM_OK, EINVAL, EFOREIGN. */
+tb_shm_status tb_shm_fit_at(tb_shm *seg, double amount, tb_ns now, tb_ns *at);
+/* No grant before until (a later call can only move it later). */
+void tb_shm_pause_until(tb_shm *seg, tb_ns until);
+/* Changes rate index to a new refill and capacity as of now for every process, keeping the tokens it holds (at
+ * most the new burst): TB_SHM_OK, TB_SHM_EINVAL, TB_SHM_EAGAIN, or TB_SHM_EFOREIGN. */
+tb_shm_status tb_shm_set_rate(tb_shm *seg, uint32_t index, double ns_per_token, double burst, tb_ns now);
+/* Writes rate index's live refill and capacity (initial: as created): TB_SHM_OK, EINVAL, EFOREIGN. */
+tb_shm_status tb_shm_rate_params(const tb_shm *seg, uint32_t index, tb_shm_params *params);
+
+#endif

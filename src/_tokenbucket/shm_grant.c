@@ -1,0 +1,184 @@
+/* Grants from a shared segment: reservations, their cancels, the pause, and what a reader may ask; see shm.h. */
+#include "shm_rate.h"
+
+#include <math.h>
+
+// The instant before which nothing is granted (one step).
+static tb_ns paused_until(const tb_shm *seg)
+{
+    TB_SHM_STEP();
+    return atomic_load(&seg->paused_until);
+}
+
+// Reads the first nrates rates at now into views: TB_SHM_OK or EFOREIGN.
+static tb_shm_status view_all(tb_shm *seg, uint32_t nrates, tb_ns now, tb_shm_view *views)
+{
+    for (uint32_t i = 0; i < nrates; i++)
+        if (tb_shm_view_rate(seg, i, now, &views[i]) != TB_SHM_OK)
+            return TB_SHM_EFOREIGN;
+    return TB_SHM_OK;
+}
+
+// Whether every rate viewed can grant amount at all: at most each burst.
+static bool within_bursts(const tb_shm_view *views, uint32_t nrates, double amount)
+{
+    for (uint32_t i = 0; i < nrates; i++)
+        if (amount > views[i].rate.burst)
+            return false;
+    return true;
+}
+
+// The ticks of tokens a rate gives for amount: at least one, so that a grant always moves F and cancel's
+// "still what it left" means no one built on it.
+static int64_t need_of(const tb_rate *rate, double amount)
+{
+    int64_t need = tb_ticks(amount * rate->ns_per_token);
+    return need > 0 ? need : 1;
+}
+
+// First instant >= t at which every rate viewed grants amount: each fits from some instant on, so the latest.
+static tb_ns fit_all(const tb_shm_view *views, uint32_t nrates, double amount, tb_ns t)
+{
+    for (uint32_t i = 0; i < nrates; i++) {
+        tb_ns ready = tb_rate_fit_at(&views[i].rate, views[i].f, need_of(&views[i].rate, amount), t);
+        if (ready > t)
+            t = ready;
+    }
+    return t;
+}
+
+// Puts back the state word each of the first n rates had before a grant, where it still holds the word the
+// grant left; returns how many it put back.
+static uint32_t give_back(tb_shm *seg, uint32_t n, const uint64_t *before, const uint64_t *after)
+{
+    uint32_t given = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t expected = after[i];
+        given += shm_cas(&seg->rates[i].state, &expected, before[i]);
+    }
+    return given;
+}
+
+// Writes into *after the state word of the rate viewed once amount is taken at instant at: false if its F
+// would then be more than the horizon ahead of now.
+static bool taken_word(const tb_shm_view *view, double amount, tb_ns at, tb_ns now, uint64_t *after)
+{
+    tb_gcra f = tb_gcra_take(view->f, need_of(&view->rate, amount), at);
+    *after = state_word(f, view->generation);
+    return f - tb_at_tick(now) <= DEBT_LIMIT;
+}
+
+// Reads rate i again into *view after its word changed under a grant of amount at instant at: true if the
+// grant still fits it at that instant, with the word to leave in *after.
+static bool still_fits(tb_shm *seg, uint32_t i, double amount, tb_ns at, tb_ns now, tb_shm_view *view,
+                       uint64_t *after)
+{
+    return tb_shm_view_rate(seg, i, now, view) == TB_SHM_OK && amount <= view->rate.burst &&
+           tb_rate_fit_at(&view->rate, view->f, need_of(&view->rate, amount), at) <= at &&
+           taken_word(view, amount, at, now, after);
+}
+
+tb_shm_status tb_shm_reserve(tb_shm *seg, double amount, tb_ns now, tb_ns deadline, tb_shm_reservation *r)
+{
+    uint32_t nrates = shm_nrates(seg);
+    if (nrates == 0)
+        return TB_SHM_EFOREIGN;
+    if (!shm_clock_ok(now) || !(amount > 0) || !isfinite(amount))
+        return TB_SHM_EINVAL;
+    tb_shm_view views[TB_MAX_RATES];
+    uint64_t before[TB_MAX_RATES], after[TB_MAX_RATES];
+    for (;;) {
+        if (view_all(seg, nrates, now, views) != TB_SHM_OK)
+            return TB_SHM_EFOREIGN;
+        if (!within_bursts(views, nrates, amount))
+            return TB_SHM_EINVAL;
+        tb_ns pause = paused_until(seg);
+        if (pause > deadline || pause > now + TB_SHM_HORIZON)
+            return TB_SHM_ETOOLATE;
+        tb_ns at = fit_all(views, nrates, amount, pause > now ? pause : now);
+        bool reachable = at <= deadline;
+        for (uint32_t i = 0; i < nrates && reachable; i++)
+            reachable = taken_word(&views[i], amount, at, now, &after[i]);
+        if (!reachable)
+            return TB_SHM_ETOOLATE;
+        uint32_t taken = 0;
+        while (taken < nrates) {
+            before[taken] = views[taken].word;
+            uint64_t expected = before[taken];
+            if (shm_cas(&seg->rates[taken].state, &expected, after[taken]))
+                taken++;
+            else if (taken == 0 || !still_fits(seg, taken, amount, at, now, &views[taken], &after[taken]))
+                break;  /* the rates already taken were taken as of at: give them back, start again */
+        }
+        if (taken == nrates) {
+            r->at = at;
+            r->nrates = nrates;
+            for (uint32_t i = 0; i < nrates; i++) {
+                r->before[i] = before[i];
+                r->after[i] = after[i];
+            }
+            return TB_SHM_OK;
+        }
+        give_back(seg, taken, before, after);
+    }
+}
+
+tb_shm_status tb_shm_take_now(tb_shm *seg, double amount, tb_ns now)
+{
+    tb_shm_reservation r;
+    return tb_shm_reserve(seg, amount, now, now, &r);
+}
+
+uint32_t tb_shm_cancel(tb_shm *seg, const tb_shm_reservation *r, tb_ns now)
+{
+    if (now >= r->at || r->nrates > shm_nrates(seg))
+        return 0;
+    return give_back(seg, r->nrates, r->before, r->after);
+}
+
+tb_shm_status tb_shm_tokens(tb_shm *seg, tb_ns now, double *tokens)
+{
+    uint32_t nrates = shm_nrates(seg);
+    if (nrates == 0)
+        return TB_SHM_EFOREIGN;
+    if (!shm_clock_ok(now))
+        return TB_SHM_EINVAL;
+    tb_shm_view views[TB_MAX_RATES];
+    if (view_all(seg, nrates, now, views) != TB_SHM_OK)
+        return TB_SHM_EFOREIGN;
+    double fewest = INFINITY;
+    for (uint32_t i = 0; i < nrates; i++)
+        fewest = fmin(fewest, tb_rate_tokens(&views[i].rate, views[i].f, now));
+    *tokens = now < paused_until(seg) ? 0 : fewest;
+    return TB_SHM_OK;
+}
+
+tb_shm_status tb_shm_fit_at(tb_shm *seg, double amount, tb_ns now, tb_ns *at)
+{
+    uint32_t nrates = shm_nrates(seg);
+    if (nrates == 0)
+        return TB_SHM_EFOREIGN;
+    if (!shm_clock_ok(now) || !(amount > 0) || !isfinite(amount))
+        return TB_SHM_EINVAL;
+    tb_shm_view views[TB_MAX_RATES];
+    if (view_all(seg, nrates, now, views) != TB_SHM_OK)
+        return TB_SHM_EFOREIGN;
+    tb_ns pause = paused_until(seg);
+    if (!within_bursts(views, nrates, amount))
+        *at = TB_NEVER;
+    else if (pause > now + TB_SHM_HORIZON)  /* every rate is full by then */
+        *at = pause;
+    else
+        *at = fit_all(views, nrates, amount, pause > now ? pause : now);
+    return TB_SHM_OK;
+}
+
+void tb_shm_pause_until(tb_shm *seg, tb_ns until)
+{
+    tb_ns seen = paused_until(seg);
+    while (until > seen) {
+        TB_SHM_STEP();
+        if (atomic_compare_exchange_strong(&seg->paused_until, &seen, until))
+            return;
+    }
+}
