@@ -20,7 +20,7 @@ import importlib
 import socket
 import time
 from types import ModuleType, SimpleNamespace
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import aiohttp
 import httpx
@@ -28,6 +28,7 @@ import pytest
 from aiohttp import web
 from http_server import RateLimitedServer
 
+T = TypeVar("T")
 SERVER_LIMIT = 100          # requests in any window of 1 s
 PROCESSING = 0.005          # the server answers after 5 ms ...
 JITTER = 0.045              # ... plus up to 45 ms more
@@ -190,13 +191,18 @@ async def no_429_run(lib: SimpleNamespace, client: str, limits: str) -> tuple[li
     return statuses, server, limiter
 
 
+def at_once(run_on: Callable[..., Any], runs: list[Awaitable[T]]) -> list[T]:
+    """The clients' runs at once on a new loop, each through its own limiter to its own server: the wall time of one."""
+    async def main() -> list[T]:
+        return list(await asyncio.gather(*runs))
+
+    return run_on(asyncio.new_event_loop(), main())
+
+
 @pytest.mark.parametrize("limits", LIMITS)
 def test_no_request_over_the_servers_limit(lib, run_on, limits):
-    """The three clients at once, each through its own limiter to its own server: the wall time of one."""
-    async def main() -> list[tuple[list[int], RateLimitedServer, Any]]:
-        return list(await asyncio.gather(*(no_429_run(lib, client, limits) for client in CLIENTS)))
-
-    for client, (statuses, server, limiter) in zip(CLIENTS, run_on(asyncio.new_event_loop(), main())):
+    runs = at_once(run_on, [no_429_run(lib, client, limits) for client in CLIENTS])
+    for client, (statuses, server, limiter) in zip(CLIENTS, runs):
         rate = sustained_rate(server)
         print(f"{client} {limits}: {server.count(429)} x 429, {rate:.1f}/s sustained, busiest 1 s: {server.busiest()}")
         assert len(server.arrivals) == REQUESTS and server.count(429) == 0, client
@@ -221,11 +227,8 @@ async def retry_run(lib: SimpleNamespace, client: str, limits: str) -> tuple[lis
 
 @pytest.mark.parametrize("limits", RETRY_LIMITS)
 def test_retry_after_pauses_every_request(lib, run_on, limits):
-    """Both wrapped clients at once, each through its own limiter to its own server."""
-    async def main() -> list[tuple[list[int], RateLimitedServer, Attempts]]:
-        return list(await asyncio.gather(*(retry_run(lib, client, limits) for client in RETRY_CLIENTS)))
-
-    for client, run in zip(RETRY_CLIENTS, run_on(asyncio.new_event_loop(), main())):
+    runs = at_once(run_on, [retry_run(lib, client, limits) for client in RETRY_CLIENTS])
+    for client, run in zip(RETRY_CLIENTS, runs):
         check_retry_run(client, limits, *run)
 
 
