@@ -12,9 +12,6 @@
 
 /* ---- words ---- */
 
-// Whether a state word is well formed: anchored, or holding a generation below 3.
-static bool state_ok(uint64_t word) { return state_anchored(word) || word >> 2 < GENERATIONS; }
-
 // F of a state word, recovered from F mod 2^62 as the value nearest now, from 2^61 ticks behind to DEBT_LIMIT
 // ahead; further ahead can only be a rate full for so long that it wrapped: full.
 static tb_gcra state_f(uint64_t word, tb_ns now)
@@ -89,12 +86,18 @@ static bool record_read(const _Atomic uint64_t words[4], record *rec)
 /* ---- reading a rate, and publishing a change ---- */
 
 // F for parameters to holding at now what parameters from hold with F f: the tokens, down to below 0 for
-// tokens reserved ahead, at most to's burst; the debt at most DEBT_LIMIT.
+// tokens reserved ahead, at most to's burst; the debt at most DEBT_LIMIT. It differs from f by a tick at
+// least, so that changes of bursts alone (which shift F by as much back and forth) or at one instant never
+// bring a state word back to a value it had: a full rate goes a tick further into the past, just as full; a
+// rate in debt owes a tick more.
 static tb_gcra converted(const tb_rate *from, const tb_rate *to, tb_gcra f, tb_ns now)
 {
     double tokens = tb_rate_balance(from, f, now);
     int64_t debt = tb_ticks((to->burst - (tokens < to->burst ? tokens : to->burst)) * to->ns_per_token);
-    return tb_at_tick(now) + (debt < DEBT_LIMIT ? debt : DEBT_LIMIT);
+    tb_gcra full = tb_full_since(now);
+    if (debt == 0)
+        return (f < full ? f : full) - 1;
+    return tb_at_tick(now) + (debt < DEBT_LIMIT ? debt + 1 : DEBT_LIMIT);
 }
 
 // Publishes the complete change of rate index: its parameters and F converted to them in one compare-and-swap
@@ -106,17 +109,19 @@ static tb_shm_status publish(tb_shm *seg, uint32_t index, uint64_t change, tb_ns
     unsigned target = change_target(change);
     for (;;) {
         uint64_t word = shm_load(&rate->state);
-        if (!state_ok(word))
-            return TB_SHM_EFOREIGN;
         unsigned live = state_generation(word);
         if (live == target)
             break;
         record from, to;
         bool whole = (live + 1) % GENERATIONS == target && record_read(rate->record[live], &from) &&
                      record_read(rate->record[target], &to) && to.ticket == change_ticket(change);
-        if (!whole)  /* a stale change (later ones moved on), or corrupt words */
-            return shm_load(&rate->change) == change ? TB_SHM_EFOREIGN : TB_SHM_OK;
-        uint64_t next = (uint64_t)target << 2 | UNANCHORED;
+        /* Still the latest change, so the word was read while it was (its generation is the one before, not one
+         * three changes later) and both records are as it left them; else later changes moved on. */
+        if (shm_load(&rate->change) != change)
+            return TB_SHM_OK;
+        if (!whole)
+            return TB_SHM_EFOREIGN;
+        uint64_t next = word + 4;  /* not anchored yet: the generation counts on */
         if (state_anchored(word)) {
             tb_rate old = tb_rate_make(from.ns_per_token, from.burst, 0);
             tb_rate new = tb_rate_make(to.ns_per_token, to.burst, 0);
@@ -145,8 +150,6 @@ tb_shm_status tb_shm_view_rate(tb_shm *seg, uint32_t index, tb_ns now, tb_shm_vi
         if (settle(seg, index, now) != TB_SHM_OK)
             return TB_SHM_EFOREIGN;
         uint64_t word = shm_load(&rate->state);
-        if (!state_ok(word))
-            return TB_SHM_EFOREIGN;
         unsigned generation = state_generation(word);
         record rec;
         if (!record_read(rate->record[generation], &rec)) {  /* torn by changes since the word was read */
@@ -200,6 +203,11 @@ tb_shm_status tb_shm_set_rate(tb_shm *seg, uint32_t index, double ns_per_token, 
         return TB_SHM_EFOREIGN;
     if (index >= nrates || !usable(ns_per_token, burst) || !shm_clock_ok(now))
         return TB_SHM_EINVAL;
+    tb_shm_params live;
+    if (tb_shm_rate_params(seg, index, &live) != TB_SHM_OK)
+        return TB_SHM_EFOREIGN;
+    if (live.ns_per_token == ns_per_token && live.burst == burst)
+        return TB_SHM_OK;  /* nothing to change: a change that changes nothing would only bring words back */
     uint64_t mine;
     if (claim(seg, index, now, &mine) != TB_SHM_OK)
         return TB_SHM_EFOREIGN;
@@ -241,14 +249,14 @@ static bool header_ok(const tb_shm *seg)
 static int rate_broken(const tb_shm_rate *rate, uint64_t change)
 {
     uint64_t word = shm_load(&rate->state);
-    if (!state_ok(word))
-        return 2;
     unsigned live = state_generation(word), target = change_target(change), phase = change_phase(change);
     record rec;
-    if (!change_ok(change) || (phase == PUBLISHED && target != live) ||
-        (phase == WRITING && target != (live + 1) % GENERATIONS) ||
-        (phase == COMPLETE && ((target != live && target != (live + 1) % GENERATIONS) ||
-                               !record_read(rate->record[target], &rec) || rec.ticket != change_ticket(change))))
+    if (!change_ok(change))
+        return 3;
+    if ((phase == PUBLISHED && target != live) || (phase == WRITING && target != (live + 1) % GENERATIONS) ||
+        (phase == COMPLETE && target != live && target != (live + 1) % GENERATIONS))
+        return 2;
+    if (phase == COMPLETE && (!record_read(rate->record[target], &rec) || rec.ticket != change_ticket(change)))
         return 3;
     if (!record_read(rate->record[live], &rec) || (phase == PUBLISHED && rec.ticket != change_ticket(change)))
         return 4;
@@ -340,8 +348,6 @@ tb_shm_status tb_shm_rate_params(const tb_shm *seg, uint32_t index, tb_shm_param
     for (int strikes = 0; strikes < STRIKES;) {
         uint64_t word = shm_load(&rate->state);
         record rec;
-        if (!state_ok(word))
-            return TB_SHM_EFOREIGN;
         if (record_read(rate->record[state_generation(word)], &rec)) {
             *params = (tb_shm_params){rec.ns_per_token, rec.burst, seg->created[index].initial};
             return TB_SHM_OK;

@@ -49,7 +49,7 @@ static inline bool state_anchored(uint64_t word) { return (word & 3) != UNANCHOR
 // The generation (mod 3) of the parameters a state word goes with.
 static inline unsigned state_generation(uint64_t word)
 {
-    return (unsigned)(state_anchored(word) ? word & 3 : word >> 2);
+    return (unsigned)(state_anchored(word) ? word & 3 : (word >> 2) % GENERATIONS);
 }
 
 // The state word of F and generation.

@@ -57,8 +57,9 @@ typedef struct {
     void (*script[PROCS])(outcome *);
     unsigned crashable;             /* bit p: process p may crash */
     uint32_t changed_rate;          /* the rate its set_rates change */
-    tb_shm_params changes[2];       /* what they write */
-    bool other_parameters;          /* which differs from what it was created with: no bound or loss to check */
+    tb_shm_params changes[3];       /* what they write */
+    bool other_bursts;              /* bursts only: that rate keeps the largest burst's bound, no sum of losses */
+    bool other_refills;             /* refills too: nothing to check of that rate's bound or losses */
     bool lone;                      /* one process reserves: nothing it takes is lost but by a crash or a cancel */
 } scenario;
 
@@ -131,6 +132,8 @@ static void reserve_around_a_change(outcome *o) { reserve(o, 1, -1), reserve(o, 
 static void reserve_all_then_cancel(outcome *o) { reserve(o, 3, -1), cancel(o, 0); }
 static void reserve_twice_cancel_first(outcome *o) { reserve(o, 3, -1), reserve(o, 1, -1), cancel(o, 0); }
 static void reserve_all(outcome *o) { reserve(o, 3, -1); }
+static void change_twice(outcome *o) { set_rate(o, 1), set_rate(o, 2); }
+static void reserve_one_by_one(outcome *o) { reserve(o, 1, -1), reserve(o, 1, -1); }
 static void look(outcome *o) { o->kind[o->done] = 't', o->status[o->done++] = tb_shm_tokens(&segment, NOW, &(double){0}); }
 
 static const scenario SCENARIOS[] = {
@@ -138,17 +141,22 @@ static const scenario SCENARIOS[] = {
      .script = {reserve_then_cancel, reserve_twice, reserve_one}, .crashable = 4},
     {.name = "two rates, refusals and cancels", .nrates = 2, .params = {{1000.0 / 3, 3, 3}, {700, 2, 0}},
      .script = {reserve_by_a_deadline, reserve_one, cancel_one}, .crashable = 7},
-    {.name = "set_rates of the same parameters race reservations", .nrates = 1, .params = {{1000.0 / 3, 3, 2}},
+    {.name = "set_rates of bursts race reservations", .nrates = 1, .params = {{1000.0 / 3, 3, 2}},
      .script = {change_to_first, change_to_second, reserve_around_a_change}, .crashable = 3,
-     .changes = {{1000.0 / 3, 3, 0}, {1000.0 / 3, 3, 0}}},
-    {.name = "set_rates of other parameters race", .nrates = 1, .params = {{1000.0 / 3, 3, 2}},
+     .changes = {{1000.0 / 3, 4, 0}, {1000.0 / 3, 2, 0}}, .other_bursts = true},
+    {.name = "set_rates of refills race", .nrates = 1, .params = {{1000.0 / 3, 3, 2}},
      .script = {change_to_first, change_to_second, reserve_around_a_change}, .crashable = 3,
-     .changes = {{500, 4, 0}, {250, 2, 0}}, .other_parameters = true},
+     .changes = {{500, 4, 0}, {250, 2, 0}}, .other_refills = true},
+    /* Bursts 3, 2, 4, 3: a rate owing more than its bursts shifts back to the very F it had, but for a tick a
+     * change; a helper of the first change that stalls until the third is published must not publish it again. */
+    {.name = "a helper stalled across three changes", .nrates = 1, .params = {{250, 3, 2}},  /* exact in binary */
+     .script = {reserve_one_by_one, change_to_first, change_twice}, .crashable = 6,
+     .changes = {{250, 2, 0}, {250, 4, 0}, {250, 3, 0}}, .other_bursts = true},
     {.name = "cancels out of order", .nrates = 1, .params = {{1000.0 / 3, 3, 0}},  /* test_shm.c's case against Go's rule */
      .script = {reserve_all_then_cancel, reserve_twice_cancel_first, reserve_all}, .crashable = 7},
     {.name = "a change slows a rate under a reservation of two", .nrates = 2, .params = {{1000.0 / 3, 3, 3}, {700, 2, 0}},
      .script = {reserve_by_a_deadline, change_to_first, look}, .crashable = 3, .changed_rate = 1,
-     .changes = {{7000, 2, 0}}, .other_parameters = true, .lone = true},
+     .changes = {{7000, 2, 0}}, .other_refills = true, .lone = true},
 };
 
 /* ---- runs ---- */
@@ -223,12 +231,13 @@ static int run(const point *plan, int planned, point *trace, bool random)
     return points;
 }
 
-// Checks rate i after a run: its bound over the grants and, where the grants sum up (one rate, or one process
-// reserving), that what it lost is what may be lost.
-static void rate_kept(uint32_t i)
+// Checks rate i after a run: its bound over the grants (of burst, the largest it had) and, where the grants sum
+// up (one rate, or one process reserving, and only its refill and burst ever), that what it lost is what may be
+// lost.
+static void rate_kept(uint32_t i, double burst, bool sums)
 {
     const tb_shm_params *created = &current->params[i];
-    tb_rate rate = tb_rate_make(created->ns_per_token, created->burst, 0);
+    tb_rate rate = tb_rate_make(created->ns_per_token, burst, 0);
     logged_grant grants[PROCS * OPS];
     size_t n = 0;
     int64_t losable = 0;
@@ -253,13 +262,13 @@ static void rate_kept(uint32_t i)
     }
     CHECK(bound_excess(grants, n, rate.burst_ticks) <= 0);  /* sorts them by instant */
     uint64_t word = atomic_load(&segment.rates[i].state);
-    if (current->nrates > 1 && !current->lone)  /* grants reserved out of instant order need not sum up */
+    if (!sums || (current->nrates > 1 && !current->lone))  /* grants reserved out of instant order need not sum up */
         return;
     if (!state_anchored(word)) {  /* no one got as far as its first use */
         CHECK(n == 0);
         return;
     }
-    tb_gcra expected = tb_rate_holding(&rate, created->initial, NOW);
+    tb_gcra expected = tb_rate_holding(&rate, created->initial, NOW);  /* burst is the created one here */
     for (size_t k = 0; k < n; k++)
         expected = tb_gcra_take(expected, grants[k].need, grants[k].at);
     int64_t lost = state_f(word, NOW) - expected;  /* below 0 by the keep rule's slack at most (shm_bound.h) */
@@ -270,7 +279,7 @@ static void rate_kept(uint32_t i)
 static void outcome_kept(void)
 {
     CHECK(tb_shm_check(&segment) == 0);
-    bool changed[2] = {false, false};
+    bool changed[3] = {false, false, false};
     for (int p = 0; p < PROCS; p++) {
         const outcome *o = &procs[p].out;
         for (int k = 0; k < o->done; k++) {
@@ -287,13 +296,18 @@ static void outcome_kept(void)
     const tb_shm_params *created = &current->params[current->changed_rate];
     CHECK(tb_shm_rate_params(&segment, current->changed_rate, &now_live) == TB_SHM_OK);
     bool known = now_live.ns_per_token == created->ns_per_token && now_live.burst == created->burst;
-    for (int c = 0; c < 2; c++)
+    for (int c = 0; c < 3; c++)
         known |= changed[c] && now_live.ns_per_token == current->changes[c].ns_per_token &&
                  now_live.burst == current->changes[c].burst;
     CHECK(known);
-    for (uint32_t i = 0; i < current->nrates; i++)
-        if (!current->other_parameters || i != current->changed_rate)
-            rate_kept(i);
+    for (uint32_t i = 0; i < current->nrates; i++) {
+        bool changed = i == current->changed_rate && (current->other_bursts || current->other_refills);
+        double burst = current->params[i].burst;
+        for (int c = 0; c < 3 && changed; c++)
+            burst = fmax(burst, current->changes[c].burst);
+        if (!changed || !current->other_refills)
+            rate_kept(i, burst, !changed);
+    }
     solo_steps = 0;
     tb_shm_reservation r;
     CHECK(tb_shm_reserve(&segment, 1, NOW, TB_NEVER, &r) == TB_SHM_OK);

@@ -42,6 +42,7 @@ static _Atomic tb_ns simulated_now;
 static pthread_barrier_t start;        /* every thread starts at once */
 static const tb_shm_params RATES[2] = {{1000.0 / 3, 5, 5}, {700, 8, 0}};
 static tb_shm_params other;            /* the second parameter set of rate 0 in set_rate runs */
+static const tb_shm_params BURSTIER = {1000.0 / 3, 6, 0};  /* rate 0 with a larger burst */
 
 // splitmix64 on the thread's own state.
 static uint64_t next_random(worker *w)
@@ -172,10 +173,10 @@ static void test_reservations_keep_the_bound(void)
 
 static void test_set_rates_race_reservations(void)
 {
-    /* The same parameters written anew: the change protocol runs, the bound stays checkable. */
-    other = RATES[0];
+    /* Bursts of 5 and 6 at one refill: the change protocol runs, and the larger burst's bound holds. */
+    other = BURSTIER;
     worker *workers = hammer(2, true, 3);
-    size_t grants = bound_kept(workers, &RATES[0]);
+    size_t grants = bound_kept(workers, &BURSTIER);
     bound_kept(workers, &RATES[1]);
     CHECK(total(workers, offsetof(worker, odd)) == 0);
     printf("with set_rates: %zu grants kept the bound, %lu set_rates overtaken\n", grants,
