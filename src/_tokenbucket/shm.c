@@ -86,10 +86,10 @@ static bool record_read(const _Atomic uint64_t words[4], record *rec)
 /* ---- reading a rate, and publishing a change ---- */
 
 // F for parameters to holding at now what parameters from hold with F f: the tokens, down to below 0 for
-// tokens reserved ahead, at most to's burst; the debt at most DEBT_LIMIT. It differs from f by a tick at
-// least, so that changes of bursts alone (which shift F by as much back and forth) or at one instant never
-// bring a state word back to a value it had: a full rate goes a tick further into the past, just as full; a
-// rate in debt owes a tick more.
+// tokens reserved ahead, at most to's burst; the debt at most DEBT_LIMIT. It is a tick off the exact value,
+// a rate in debt owing a tick more and a full one going a tick further into the past (just as full), so that
+// changes of bursts alone, which shift F back and forth by the same amounts, and changes of a full rate
+// repeated at one instant, never bring a state word back to a value it had.
 static tb_gcra converted(const tb_rate *from, const tb_rate *to, tb_gcra f, tb_ns now)
 {
     double tokens = tb_rate_balance(from, f, now);

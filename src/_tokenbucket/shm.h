@@ -1,50 +1,57 @@
 /* A limiter shared by the processes of one host: the rates of limits.h in one segment of shared memory that
  * every process maps (a fixed struct, no pointers), changed by compare-and-swap on 64-bit words only. No
  * locks: a process killed at any instruction leaves the segment usable by the others. Every operation takes
- * now in nanoseconds on CLOCK_MONOTONIC, which the processes share; nothing here reads a clock or maps memory
- * (shm_posix.h does that).
+ * now in nanoseconds on CLOCK_MONOTONIC, which the processes share; nothing here reads a clock or maps memory.
  *
- * Publication. The creator fills a zeroed segment and then stores magic (the bytes "aiotbshm"): a joiner that
- * reads 0 there is early (TB_SHM_ENOTREADY), one that reads anything else but magic has a foreign segment. The
- * header, once published, never changes; it is still checked on every join (tb_shm_check), as the segment is
- * untrusted input, and every word read later is checked before use.
+ * Publication. The creator fills a segment and then stores magic (the bytes "aiotbshm"): a joiner that reads
+ * 0 there is early (TB_SHM_ENOTREADY), one that reads anything else but magic has a foreign segment. The
+ * header never changes once published; a joiner checks all of it (tb_shm_check), as the segment is untrusted
+ * input, and every word read later is checked before use: one that cannot be right gives TB_SHM_EFOREIGN, and
+ * none, whatever it holds, makes the code crash or overflow.
  *
  * A rate's state is one word: F (the instant it is full again, in ticks as in limits.h) modulo 2^62, and the
- * generation of its parameters modulo 3 (3: not anchored yet; the high bits then hold the generation). F is
- * read back relative to now: up to 2^60 ticks (TB_SHM_HORIZON) ahead or 2^61 behind; further behind reads as
- * full, so a rate left idle for more than ~6.8 years may read as owing up to TB_SHM_HORIZON: stricter, never
- * looser. The first use anchors a rate, by compare-and-swap from the sentinel, so racing first users agree.
+ * generation of its parameters modulo 3; before the rate's first use, a sentinel that counts the generations
+ * in full. F is read back relative to now: up to TB_SHM_HORIZON (2^60 ticks) ahead or 2^61 behind; further
+ * behind reads as full, so a rate left idle for more than ~6.8 years may read as owing up to TB_SHM_HORIZON:
+ * stricter, never looser. The first use anchors each rate (it holds its initial tokens then) by
+ * compare-and-swap from the sentinel, so racing first users agree.
  *
  * Reservations (Go's x/time/rate reserveN, governor): the grant instant is the latest over the rates of the
  * first instant each fits, and not before the pause; each rate is then taken as of that instant, rate by
- * rate, each by one compare-and-swap, the earlier ones given back should a later one have moved past the
- * deadline. A pause set after a reservation does not move it.
+ * rate, each by one compare-and-swap; should a later rate have changed so that the grant no longer fits it
+ * then, the earlier ones are given back (by the cancel rule) and it starts again. A pause set after a
+ * reservation does not move it.
  *
  * Cancel gives a rate back only when its word is still exactly what this reservation left there (nobody
- * reserved after it, or all who did cancelled first): then the word before it is restored. Otherwise nothing
- * comes back: what is lost is the whole need of every cancel that is not the latest on its rate, and of every
- * cancel at or after its grant instant. Go's rule (give back the need minus what was reserved after) is not
- * used: with cancels out of order it can exceed the bound (tests/c/test_shm.c has the case), while an exact
- * restore provably keeps it. A killed process loses at most the tokens it had reserved.
+ * reserved after it, or all who did cancelled first): the word before it is then restored. Otherwise nothing
+ * comes back: what is lost is the whole need of a cancel that is not the latest on its rate, or that comes at
+ * or after its grant instant, or after a change of the rate. Go's rule (give back the need less what was
+ * reserved after) is not used: with cancels out of order it exceeds the bound (tests/c/test_shm.c has the
+ * case), while an exact restore keeps it. A killed process loses at most what it had in flight.
  *
  * set_rate publishes new parameters together with F converted to them, in one compare-and-swap of the state
- * word, so no reader can pair a word with the wrong parameters: F must be published with the generation, as
- * no unit of F stays valid across a change of refill (tokens held at the change are kept, down to below 0 for
- * tokens reserved ahead). The parameters are too wide for that word, so each generation has a record of four
- * tagged words in one of three slots (mod 3), and a change word per rate orders the writers: a writer claims
- * the next generation with a ticket (phase WRITING), writes its record (each word only over words of older
- * tickets), marks it COMPLETE, and publishes; anyone finding a COMPLETE change, or a WRITING one whose record
- * is whole, finishes it, so a writer killed after writing loses nothing; a WRITING one with a partial record
- * is overtaken by the next writer (its late writes fail the ticket order) and returns TB_SHM_EAGAIN, so a
- * writer killed mid-record blocks no one. A live record is never rewritten while its generation is live (its
- * slot comes round again three generations later), so readers take it without retrying unless a change
- * raced them. set_rate is thus obstruction-free (two set_rates of one rate at once may make one return
- * TB_SHM_EAGAIN), and never blocks a reservation.
+ * word, so no reader pairs a word with other parameters: F must be published with the generation, as no unit
+ * of F stays valid across a change of refill. The conversion keeps the tokens held at now, at most the new
+ * burst, below 0 for tokens reserved ahead, and moves F by one tick more (a full rate a tick further into the
+ * past, just as full; a rate in debt owing a tick more), so that changes of bursts alone, which shift F back
+ * and forth by as much, never bring a state word back to a value it had. The parameters are too wide for the
+ * word: each generation has a record of four words in one of three slots, each word tagged with its writer's
+ * ticket, and a change word per rate orders the writers. A writer claims the next generation with a ticket
+ * (WRITING), writes its record (each word only over words of older tickets), marks it COMPLETE, and publishes;
+ * anyone finding a COMPLETE change publishes it, so a writer killed after that loses nothing. The next writer
+ * overtakes a WRITING one, whose late writes then fail the ticket order and which returns TB_SHM_EAGAIN: a
+ * writer killed mid-record blocks no one. A live record is not written again until three changes later.
+ * set_rate is obstruction-free (two of one rate at once may make one return TB_SHM_EAGAIN; one to the live
+ * parameters publishes nothing) and never blocks a reservation.
  *
- * Ranges: |now| < TB_MAX_SPAN (2^58 ns), a full refill (burst * ns_per_token) up to TB_SHM_MAX_SPAN, and no
- * grant TB_SHM_HORIZON or more ahead (TB_SHM_ETOOLATE). Generations and tickets count modulo 3 and 2^32: a
- * reader stalled across three changes of one rate, whose F then comes back to the very value it read, or a
- * writer stalled across 2^31 tickets, would go wrong. */
+ * Ranges and wraps: |now| < TB_MAX_SPAN (2^58 ns), a full refill (burst * ns_per_token) up to TB_SHM_MAX_SPAN,
+ * no grant TB_SHM_HORIZON or more ahead (TB_SHM_ETOOLATE). Generations count modulo 3 in an anchored word and
+ * tickets modulo 2^32. A process that read a state word and stalled across three changes of that rate, by
+ * the end of which the word had come back to the very same value, would apply its reservation, cancel or
+ * conversion to the wrong generation: the changes that would do that naturally cannot (the same parameters
+ * publish nothing; bursts alone, and a full rate's changes at one instant, move F a tick each), which leaves
+ * an exact coincidence of arithmetic, or several changes with debt within one nanosecond. A writer stalled
+ * across 2^31 tickets would write over a newer record. */
 #ifndef AIOTB_SHM_H
 #define AIOTB_SHM_H
 
@@ -80,7 +87,7 @@ typedef struct {
 
 /* One rate in the segment. */
 typedef struct {
-    _Atomic uint64_t state;         /* F mod 2^62 << 2 | generation mod 3; generation << 2 | 3 before the first use */
+    _Atomic uint64_t state;         /* F mod 2^62 << 2 | generation mod 3; before the first use, generation << 2 | 3 */
     _Atomic uint64_t change;        /* the latest set_rate: ticket << 32 | target generation << 2 | phase */
     _Atomic uint64_t record[3][4];  /* parameters by generation mod 3: the halves of ns_per_token and burst,
                                      * each under its writer's ticket in the high 32 bits */
@@ -106,15 +113,17 @@ typedef struct {
     uint64_t after[TB_MAX_RATES];    /* and after it */
 } tb_shm_reservation;
 
-/* Fills a zeroed segment of len bytes that no one else has seen ready, then publishes it; TB_SHM_OK,
- * TB_SHM_EINVAL for parameters out of range or len too short, TB_SHM_EFOREIGN if it was not zeroed. */
+/* Fills a segment of len bytes that its creator has just made (and no one has seen published), then publishes
+ * it: TB_SHM_OK, TB_SHM_EINVAL for parameters out of range or len too short, TB_SHM_EFOREIGN if it was
+ * published already. */
 tb_shm_status tb_shm_create(tb_shm *seg, size_t len, uint32_t nrates, const tb_shm_params *params);
 /* Whether a segment of len bytes is published and intact: TB_SHM_OK, TB_SHM_ENOTREADY or TB_SHM_EFOREIGN. */
 tb_shm_status tb_shm_validate(const tb_shm *seg, size_t len);
 /* tb_shm_validate, then TB_SHM_EMISMATCH unless it was created with these parameters. */
 tb_shm_status tb_shm_join(const tb_shm *seg, size_t len, uint32_t nrates, const tb_shm_params *params);
 /* 0 if every invariant of a published segment holds, else the number of the broken one: 1 the header, 2 a
- * state word, 3 a change word, 4 a live record (exact when quiet; retried while changes race it). */
+ * state word's generation against its change word, 3 a change word, 4 a live record (exact when quiet;
+ * read again while changes race it). */
 int tb_shm_check(const tb_shm *seg);
 
 /* Reserves amount (> 0, at most every burst) at its first grant instant, written to r with what a cancel
@@ -134,7 +143,8 @@ tb_shm_status tb_shm_fit_at(tb_shm *seg, double amount, tb_ns now, tb_ns *at);
 /* No grant before until (a later call can only move it later). */
 void tb_shm_pause_until(tb_shm *seg, tb_ns until);
 /* Changes rate index to a new refill and capacity as of now for every process, keeping the tokens it holds (at
- * most the new burst): TB_SHM_OK, TB_SHM_EINVAL, TB_SHM_EAGAIN, or TB_SHM_EFOREIGN. */
+ * most the new burst, less a tick): TB_SHM_OK (also when those are the live ones: nothing to change),
+ * TB_SHM_EINVAL, TB_SHM_EAGAIN (overtaken: nothing changed; try again), or TB_SHM_EFOREIGN. */
 tb_shm_status tb_shm_set_rate(tb_shm *seg, uint32_t index, double ns_per_token, double burst, tb_ns now);
 /* Writes rate index's live refill and capacity (initial: as created): TB_SHM_OK, EINVAL, EFOREIGN. */
 tb_shm_status tb_shm_rate_params(const tb_shm *seg, uint32_t index, tb_shm_params *params);
