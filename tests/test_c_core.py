@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+from profiles import size
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "src" / "_tokenbucket"
@@ -54,6 +55,8 @@ def test_c_core_unit_tests(tmp_path: Path, program: str) -> None:
     flags = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-pthread"]
     if os.environ.get("AIOTB_SANITIZE") == "1":
         flags += SANITIZE  # the later -O1 wins: sanitizer reports stay readable
+    if program == "test_shm_model":  # every schedule within one preemption (2 s), or two (the long profile, minutes)
+        flags.append(f"-DPREEMPTIONS={size(1, 2)}")
     build_and_run(tmp_path, program, flags, os.environ)
 
 

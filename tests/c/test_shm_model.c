@@ -26,7 +26,9 @@
 #define OPS 4              /* operations a process's script does */
 #define MAX_STEPS 400      /* more steps than this in one run: stuck */
 #define MAX_POINTS (PROCS * (MAX_STEPS + 2))
+#ifndef PREEMPTIONS          /* tests/test_c_core.py: 1 in the suite's runs, 2 in the long profile */
 #define PREEMPTIONS 2      /* switches away from a process that could go on, per exhaustive run */
+#endif
 #define NOW (5 * MS)       /* every operation's clock: what a rate owes is then a plain sum */
 
 /* What a simulated process did; a crashed one's operation in flight is at index done. */
