@@ -30,7 +30,7 @@
 typedef struct {
     tb_ns at;
     double amount;
-    bool cancelled;     /* before its instant: it never happened */
+    bool cancelled;     /* given up before its instant: never used, whatever the cancel gave back */
 } entry;
 
 /* What the children share besides the segment: the simulated clock and their logs. */
@@ -74,8 +74,9 @@ static void child(board *b, int self)
             status = tb_shm_reserve(m.seg, amount, now, deadline, &r);
         } else if (choice < 98) {
             if (holding && now < pending.at) {  /* a waiter giving up: its grant never happens */
-                tb_shm_cancel(m.seg, &pending, now);
+                /* Logged first: killed before the flag, it would count a grant the cancel gave back. */
                 b->child[self].log[pending_entry].cancelled = true;
+                tb_shm_cancel(m.seg, &pending, now);
             }
             holding = false;
             status = TB_SHM_ETOOLATE;
@@ -120,6 +121,7 @@ static void test_a_child_killed_anywhere(void)
     CHECK(grants != NULL);
     for (int round = 0; round < ROUNDS; round++) {
         snprintf(name, sizeof name, "/aiotb-test-%ld-%d", (long)getpid(), round);
+        tb_shm_unlink(name);  /* left by a failed run whose pid this one reuses */
         tb_shm_mapping m;
         CHECK(tb_shm_map(name, &m) == 0 && m.created && tb_shm_create(m.seg, m.len, 1, &RATE) == TB_SHM_OK);
         memset(b, 0, sizeof *b);
@@ -162,6 +164,7 @@ static void test_a_child_killed_anywhere(void)
 static void test_mapping_by_name(void)
 {
     snprintf(name, sizeof name, "/aiotb-test-%ld-map", (long)getpid());
+    tb_shm_unlink(name);
     tb_shm_mapping first, second;
     CHECK(tb_shm_map(name, &first) == 0 && first.created && first.len == sizeof(tb_shm));
     CHECK(tb_shm_map(name, &second) == 0 && !second.created && second.len == sizeof(tb_shm));
