@@ -1,5 +1,6 @@
 """The C engine of aiotb (src/_tokenbucket/); the pure-Python twin aiotb._bucket_py has the same interface."""
 
+from collections.abc import Sequence
 from typing import Any, Coroutine, Final, Generator, Self, final, type_check_only
 
 from typing_extensions import disjoint_base
@@ -80,3 +81,71 @@ class PreciseTimer:
     @property
     def closed(self) -> bool:
         """Whether close() was called."""
+
+# The shared limiter's segment (src/_tokenbucket/shm.h; Linux only). Statuses are the ints below; instants are
+# ints of nanoseconds on CLOCK_MONOTONIC.
+SHM_OK: Final[int]
+SHM_EINVAL: Final[int]
+SHM_ETOOLATE: Final[int]
+SHM_ENOTREADY: Final[int]
+SHM_EMISMATCH: Final[int]
+SHM_EFOREIGN: Final[int]
+SHM_EAGAIN: Final[int]
+NEVER: Final[int]
+SHM_MAX_SPAN: Final[int]
+SHM_HORIZON: Final[int]
+
+class SegmentCorrupt(RuntimeError):
+    """The shared segment is not aiotb's, or is corrupt."""
+
+@final
+class Segment:
+    """A shared limiter's segment: the named POSIX shared-memory object ``name``, mapped (created with ``mode``
+    and sized if there was none). Every instant is an int of nanoseconds on CLOCK_MONOTONIC."""
+    def __new__(cls, name: str, mode: int = 0o600) -> Self: ...
+    @property
+    def created(self) -> bool:
+        """Whether this object created the shared-memory object."""
+    def create(self, rates: Sequence[tuple[float, float, float]]) -> int:
+        """Fills and publishes the segment this object created, with rates ((ns_per_token, burst, initial), 1 to
+        4 of them); returns the status (SHM_OK, SHM_EINVAL, SHM_EFOREIGN)."""
+    def join(self, rates: Sequence[tuple[float, float, float]]) -> int:
+        """Whether the segment is published, intact and created with rates: SHM_OK, SHM_ENOTREADY (ask again),
+        SHM_EMISMATCH or SHM_EFOREIGN."""
+    def created_rates(self) -> tuple[tuple[float, float, float], ...]:
+        """The rates a published segment was created with; ValueError before it is published, SegmentCorrupt
+        for a foreign one."""
+    def reserve(self, amount: float, now: int, deadline: int) -> tuple[int, int, bytes]:
+        """Reserves amount at its first grant instant unless that is after deadline (NEVER: none): (status,
+        instant, record for cancel)."""
+    def take_now(self, amount: float, now: int) -> int:
+        """Takes amount if it can be granted at now; returns the status (SHM_OK, SHM_ETOOLATE: nothing taken)."""
+    def take(self, amount: float) -> bool:
+        """Takes amount now (CLOCK_MONOTONIC) if it can be granted: whether it was."""
+    def cancel(self, record: bytes, now: int) -> int:
+        """Cancels the reservation of record at now, giving back each rate no later reservation built on;
+        returns how many rates it gave back."""
+    def tokens(self, now: int) -> float:
+        """The tokens available at now: the fewest over the rates, 0 while paused."""
+    def fit_at(self, amount: float, now: int) -> int:
+        """The first instant >= now at which amount would be granted, taking nothing (NEVER for amount over a
+        burst)."""
+    def pause_until(self, until: int) -> None:
+        """No grant before until, for every process (a later pause only)."""
+    def paused_until(self) -> int:
+        """The instant before which nothing is granted (-2**63: none)."""
+    def set_rate(self, index: int, ns_per_token: float, burst: float, now: int) -> int:
+        """Changes rate index for every process as of now, keeping its tokens; returns the status (SHM_EAGAIN:
+        overtaken, try again)."""
+    def rate_params(self, index: int) -> tuple[float, float, float]:
+        """Rate index's live (ns_per_token, burst, initial)."""
+    def check(self) -> int:
+        """0 if every invariant of the segment holds, else the number of the broken one."""
+    def close(self) -> None:
+        """Unmaps the segment (again: nothing happens); the object and its name stay."""
+    @staticmethod
+    def unlink(name: str) -> bool:
+        """Removes the name: True, or False if there was none."""
+    @staticmethod
+    def now() -> int:
+        """CLOCK_MONOTONIC in nanoseconds."""

@@ -5,12 +5,14 @@
  * a request that must wait goes to the limiter's dispatcher (aiotb/_dispatch.py) through
  * Limiter._wait, which then drives the queue with one call per decision: _enqueue, _grant_due,
  * _withdraw, _refund. The concerns live in the headers of binding/, one translation unit: state, clock, params,
- * awaitables; this file holds the Bucket type and the module. */
+ * awaitables, the precise timer and the shared segment (Segment, over shm.h); this file holds the Bucket type and
+ * the module. */
 #include "binding/state.h"
 #include "binding/clock.h"
 #include "binding/params.h"
 #include "binding/awaitables.h"
 #include "binding/timer.h"
+#include "binding/segment.h"
 
 static PyModuleDef tokenbucket_module;
 
@@ -722,6 +724,10 @@ static int tokenbucket_exec(PyObject *module)
     if (added < 0)
         return -1;
 #endif
+#ifdef AIOTB_HAS_SEGMENT
+    if (segment_add_to_module(module, st) < 0)
+        return -1;
+#endif
     if (PyModule_AddType(module, st->bucket_type) < 0 ||
         PyModule_AddObjectRef(module, "READY", st->ready) < 0 ||
         PyModule_AddStringConstant(module, "IMPLEMENTATION", "c") < 0)
@@ -747,6 +753,7 @@ static int tokenbucket_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->latest_loop);
     Py_VISIT(st->latest.loop_type);
     Py_VISIT(st->latest.loop_dict);
+    Py_VISIT(st->segment_corrupt);
     return 0;
 }
 
@@ -773,6 +780,7 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->str_done);
     Py_CLEAR(st->str_drop_closed);
     Py_CLEAR(st->str_seen);
+    Py_CLEAR(st->segment_corrupt);
     return 0;
 }
 

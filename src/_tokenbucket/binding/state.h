@@ -84,6 +84,7 @@ typedef struct {
     PyObject *str_done;
     PyObject *str_drop_closed;
     PyObject *str_seen;          /* this module's key in each thread's state dict (see clock.h) */
+    PyObject *segment_corrupt;   /* the exception SegmentCorrupt (segment.h), or NULL where there is no Segment */
     int type_watcher;            /* 3.12+: id of the watcher that counts class changes, or -1 */
 } tb_state;
 
