@@ -12,13 +12,16 @@ import functools
 import inspect
 import time
 from asyncio import events
-from typing import (Any, Awaitable, Callable, ClassVar, Coroutine, Generator, NamedTuple, ParamSpec, Protocol, Sequence,
-                    TypeVar)
+from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Coroutine, Generator, NamedTuple, ParamSpec,
+                    Protocol, Self, Sequence, TypeVar, cast)
 
 from . import _params
 from ._core import Bucket
 from ._dispatch import PRECISE_REFILL, Dispatcher
 from ._owners import Owners
+
+if TYPE_CHECKING:
+    from ._store_shm import SharedMemoryStore
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -153,9 +156,29 @@ class Limiter(Bucket):
     _warn_on_reuse: ClassVar[bool] = False
     _capacity_is_max_rate: ClassVar[bool] = False  # set_rate's default burst: max_rate itself (aiolimiter)
 
+    def __new__(cls, *args: Any, store: SharedMemoryStore | None = None, **kwargs: Any) -> Self:
+        if store is None:
+            return super().__new__(cls)
+        from ._store_shm import _segment_type
+
+        _segment_type()  # RuntimeError first, where there is no shared memory or no C engine
+        from ._shared import SharedLimiter
+
+        if issubclass(cls, SharedLimiter):
+            return super().__new__(cls)
+        if issubclass(cls, WindowLimiter):
+            raise TypeError("WindowLimiter takes no store: a sliding window must know the instant of every grant "
+                            "in it, which no compare-and-swap of one word keeps; Limiter(max_rate, time_period, "
+                            "burst=...) over the store keeps burst + rate * t in every interval (see README)")
+        if cls is not Limiter:
+            raise TypeError(f"store= works with Limiter itself, not {cls.__name__}")
+        return cast(Self, Bucket.__new__(SharedLimiter))
+
     def __init__(self, max_rate: float | None = None, time_period: float | None = None, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
-                 rates: Sequence[tuple[float, ...]] | None = None) -> None:
+                 rates: Sequence[tuple[float, ...]] | None = None, store: SharedMemoryStore | None = None) -> None:
+        if store is not None:  # a subclass that let store= through: its instance has no store behind it
+            raise TypeError(f"store= works with Limiter itself, not {type(self).__name__}")
         self._setup(_params.limiter_rates(max_rate, time_period, burst, initial, rates), None,
                     _params.flag("fair", fair), smallest_first=False)
 

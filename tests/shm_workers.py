@@ -1,0 +1,77 @@
+"""What the processes of tests/test_shared_store.py run (importable by a spawned process).
+
+Each worker builds ``Limiter(..., store=SharedMemoryStore(name))`` with a log of its engine's grant
+decisions: the CLOCK_MONOTONIC instant each grant was made in this process, whether at once or when
+its reservation came due. Its tasks take tokens until a common instant, and it puts its log on a
+queue."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from aiotb import SharedMemoryStore
+from aiotb._shared import SharedLimiter
+from aiotb._tokenbucket import SHM_OK
+
+
+class LoggedLimiter(SharedLimiter):
+    """A shared limiter that logs every grant it makes: the instant the segment counted it (a
+    reservation's, or the clock reading a take was made at) and the instant this process made it."""
+
+    __slots__ = ("counted", "made")
+
+    def _take_at_once(self, amount: float) -> bool:
+        if self._fair and (self._queue or self._slot is not None):
+            return False
+        now = self._segment.now()  # take() reads the same clock itself; read here to log it
+        if self._segment.take_now(amount, now) != SHM_OK:
+            return False
+        self.counted.append(now)
+        self.made.append(now)
+        return True
+
+    def _count_wait(self, waiter: Any, slot: Any, now: int) -> None:
+        super()._count_wait(waiter, slot, now)
+        self.counted.append(slot.at)
+        self.made.append(now)
+
+
+def logged(name: str, *args: Any, **kwargs: Any) -> LoggedLimiter:
+    limiter = LoggedLimiter(*args, store=SharedMemoryStore(name), **kwargs)
+    limiter.counted = []
+    limiter.made = []
+    return limiter
+
+
+def take_until(name: str, limiter_args: tuple[Any, ...], limiter_kwargs: dict[str, Any], tasks: int,
+               start_ns: int, stop_ns: int, results: Any) -> None:
+    """tasks tasks take one token at a time from start_ns until stop_ns; puts (pid, counted, made) on
+    results."""
+
+    async def main() -> LoggedLimiter:
+        limiter = logged(name, *limiter_args, **limiter_kwargs)
+
+        async def task() -> None:
+            while time.monotonic_ns() < stop_ns:
+                async with limiter:
+                    pass
+
+        await asyncio.sleep(max(0, start_ns - time.monotonic_ns()) / 1e9)
+        await asyncio.gather(*(task() for _ in range(tasks)))
+        return limiter
+
+    limiter = asyncio.run(main())
+    results.put((os.getpid(), limiter.counted, limiter.made))
+
+
+def try_until(name: str, limiter_args: tuple[Any, ...], limiter_kwargs: dict[str, Any], start_ns: int, stop_ns: int,
+              results: Any) -> None:
+    """Calls try_acquire as fast as it can from start_ns until stop_ns; puts (pid, counted, made) on results."""
+    limiter = logged(name, *limiter_args, **limiter_kwargs)
+    time.sleep(max(0, start_ns - time.monotonic_ns()) / 1e9)
+    while time.monotonic_ns() < stop_ns:
+        limiter.try_acquire()
+    results.put((os.getpid(), limiter.counted, limiter.made))

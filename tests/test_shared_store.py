@@ -1,0 +1,401 @@
+"""``Limiter(..., store=SharedMemoryStore(name))``: one quota for the processes of a host.
+
+Real processes (spawned), real loops, real CLOCK_MONOTONIC: a shared segment cannot run on a virtual
+clock. The bound is checked on the merged logs of every process's engine, exactly on the instants
+the segment counted grants at, and within one reservation per process on the instants the grants
+were made (see aiotb/_shared.py). Real time only bounds how long a run may take; rates are checked
+loosely enough for a loaded machine. C engine only: the pure-Python engine has no shared store."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+import aiotb
+from aiotb import Limiter, SharedMemoryStore, StoreCorrupt, WindowLimiter
+from aiotb import _tokenbucket  # noqa: F401  (a failing C import must fail these tests)
+from shm_workers import logged, take_until, try_until
+from virtual_loop import VirtualClockLoop
+
+SPAWN = multiprocessing.get_context("spawn")
+JOIN = 60.0  # s: the longest a worker may take
+
+
+@pytest.fixture
+def name() -> Iterator[str]:
+    """A fresh store name, removed afterwards."""
+    store_name = f"aiotb-test-{uuid.uuid4().hex[:16]}"
+    yield store_name
+    SharedMemoryStore.unlink(store_name)
+
+
+def excess(instants: list[int], ns_per_token: float, burst: float) -> float:
+    """The most tokens by which any interval of the grants (one token each) exceeds burst + rate * t."""
+    f, worst = -float("inf"), -float("inf")
+    for t in sorted(instants):
+        f = max(f, t) + ns_per_token
+        worst = max(worst, (f - t) / ns_per_token - burst)
+    return worst
+
+
+def run_workers(target: Any, args_of: list[tuple[Any, ...]], stop: int | None = None,
+                during: Any = None) -> list[tuple[int, list[int], list[int]]]:
+    """Runs target(*args, results) in spawned processes; during(processes) runs meanwhile."""
+    results = SPAWN.Queue()
+    processes = [SPAWN.Process(target=target, args=(*args, results)) for args in args_of]
+    for p in processes:
+        p.start()
+    if during is not None:
+        during(processes)
+    out = [results.get(timeout=JOIN) for _ in processes]
+    for p in processes:
+        p.join(JOIN)
+        assert p.exitcode == 0
+    return out
+
+
+# ---- the store ----
+
+@pytest.mark.parametrize("bad, error", [(b"x", TypeError), (3, TypeError), ("", ValueError), ("a/b", ValueError),
+                                        ("x" * 201, ValueError), ("a\0b", ValueError)])
+def test_a_bad_name_is_refused(bad: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="name"):
+        SharedMemoryStore(bad)
+
+
+@pytest.mark.parametrize("bad, error", [("0o600", TypeError), (True, TypeError), (-1, ValueError),
+                                        (0o1000, ValueError)])
+def test_a_bad_mode_is_refused(bad: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="mode"):
+        SharedMemoryStore("x", mode=bad)
+
+
+def test_processes_must_agree_on_the_rates(name: str) -> None:
+    Limiter(100, 1, burst=10, store=SharedMemoryStore(name))
+    Limiter(100, 1, burst=10, store=SharedMemoryStore(name))  # the same: joins
+    with pytest.raises(ValueError, match=r"rates \[100/s burst 10 initial 10\], not \[50/s burst 10 initial 10\]"):
+        Limiter(50, 1, burst=10, store=SharedMemoryStore(name))
+
+
+def test_a_foreign_object_is_store_corrupt(name: str) -> None:
+    Path(f"/dev/shm/{name}").write_bytes(b"not a limiter" * 100)
+    with pytest.raises(StoreCorrupt, match="not an aiotb limiter"):
+        Limiter(100, 1, store=SharedMemoryStore(name))
+
+
+def test_a_segment_corrupted_in_use_grants_nothing(name: str) -> None:
+    limiter = Limiter(100, 1, burst=10, store=SharedMemoryStore(name))
+    assert limiter.try_acquire()
+    with open(f"/dev/shm/{name}", "r+b") as segment:
+        segment.write(b"\xff" * 4096)
+    with pytest.raises(StoreCorrupt):
+        limiter.try_acquire()
+    with pytest.raises(StoreCorrupt):
+        limiter.tokens
+
+
+def test_unlink_starts_afresh(name: str) -> None:
+    limiter = Limiter(1, 60, burst=2, store=SharedMemoryStore(name))
+    assert limiter.try_acquire(2)
+    assert SharedMemoryStore.unlink(name) is True
+    assert SharedMemoryStore.unlink(name) is False
+    fresh = Limiter(1, 60, burst=2, store=SharedMemoryStore(name))
+    assert fresh.try_acquire(2)
+    assert not limiter.try_acquire()  # the old mapping goes on, on its own
+
+
+def test_only_limiter_takes_a_store(name: str) -> None:
+    with pytest.raises(TypeError, match="WindowLimiter|store"):
+        WindowLimiter(10, 1, store=SharedMemoryStore(name))  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="store must be a SharedMemoryStore"):
+        Limiter(10, 1, store="redis://x")  # type: ignore[arg-type]
+
+
+def test_a_virtual_clock_is_refused(name: str) -> None:
+    limiter = Limiter(10, 1, store=SharedMemoryStore(name))
+    loop = VirtualClockLoop()
+    try:
+        with pytest.raises(RuntimeError, match="virtual or patched clock"):
+            loop.run_until_complete(limiter.acquire())
+    finally:
+        loop.close()
+    assert limiter.tokens == pytest.approx(10, abs=0.01)  # nothing taken
+
+
+# ---- one process ----
+
+def test_tokens_are_shared_by_limiters_on_one_store(name: str) -> None:
+    a = Limiter(1, 60, burst=3, store=SharedMemoryStore(name))
+    b = Limiter(1, 60, burst=3, store=SharedMemoryStore(name))
+    assert a.try_acquire(2)
+    assert not b.try_acquire(2)
+    assert b.try_acquire(1)
+    assert b.tokens < 0.01 and not a.has_capacity()
+
+
+def test_waiters_are_granted_at_the_rate_in_order(name: str) -> None:
+    limiter = Limiter(50, 1, burst=1, store=SharedMemoryStore(name))
+    order: list[int] = []
+
+    async def main() -> float:
+        start = time.monotonic()
+
+        async def task(i: int) -> None:
+            async with limiter:
+                order.append(i)
+
+        await asyncio.gather(*(task(i) for i in range(11)))
+        return time.monotonic() - start
+
+    took = asyncio.run(main())
+    assert order == list(range(11))
+    assert 0.19 <= took < 10  # ten waits of 20 ms after the first token
+    assert limiter.stats().granted == 11 and limiter.stats().waits == 10
+
+
+def test_a_timeout_that_cannot_be_met_fails_at_once_taking_nothing(name: str) -> None:
+    limiter = Limiter(1, 10, burst=2, store=SharedMemoryStore(name))
+
+    async def main() -> None:
+        assert limiter.try_acquire(2)
+        before = limiter.tokens
+        with pytest.raises(TimeoutError):
+            await limiter.acquire(1, timeout=1)  # 10 s away
+        assert limiter.tokens == pytest.approx(before, abs=0.01) and limiter.waiting == 0
+
+    asyncio.run(main())
+    assert limiter.stats().timeouts == 1
+
+
+def test_a_cancelled_waiter_gives_its_reservation_back(name: str) -> None:
+    limiter = Limiter(1, 10, burst=1, store=SharedMemoryStore(name))
+
+    async def main() -> None:
+        assert limiter.try_acquire()
+        waiter = asyncio.ensure_future(limiter.acquire())
+        await asyncio.sleep(0.05)  # queued, its reservation taken
+        assert limiter.tokens < 0.1
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        # restored: the next reservation is where the cancelled one was, not 10 s after it
+        fit = limiter._segment.fit_at(1.0, limiter._segment.now())
+        assert fit - time.monotonic_ns() < 10.5e9
+        assert limiter.waiting == 0
+
+    asyncio.run(main())
+
+
+def test_a_reservation_passes_to_the_next_waiter_of_the_process(name: str) -> None:
+    limiter = Limiter(20, 1, burst=1, store=SharedMemoryStore(name))
+
+    async def main() -> None:
+        assert limiter.try_acquire()
+        first = asyncio.ensure_future(limiter.acquire())
+        second = asyncio.ensure_future(limiter.acquire())
+        await asyncio.sleep(0.01)
+        at = limiter._slot.at
+        first.cancel()
+        await asyncio.sleep(0)
+        assert limiter._slot is not None and limiter._slot.at == at  # the same slot, now the second's
+        await second
+
+    asyncio.run(main())
+
+
+def test_penalize_pauses_another_limiter_on_the_store(name: str) -> None:
+    a = Limiter(100, 1, burst=5, store=SharedMemoryStore(name))
+    b = Limiter(100, 1, burst=5, store=SharedMemoryStore(name))
+
+    async def main() -> float:
+        a.penalize(0.3)
+        start = time.monotonic()
+        await b.acquire()
+        return time.monotonic() - start
+
+    assert asyncio.run(main()) >= 0.29
+
+
+def test_set_rate_is_seen_by_another_limiter_on_the_store(name: str) -> None:
+    a = Limiter(1, 1, burst=1, initial=0, store=SharedMemoryStore(name))
+    b = Limiter(1, 1, burst=1, initial=0, store=SharedMemoryStore(name))
+    a.set_rate(1, 3600, burst=1)
+    fit = b._segment.fit_at(1.0, b._segment.now())
+    assert fit - time.monotonic_ns() > 3000e9  # an hour for a token now, not a second
+
+
+def test_threads_block_on_the_shared_store(name: str) -> None:
+    import threading
+
+    limiter = Limiter(40, 1, burst=1, store=SharedMemoryStore(name))
+    done: list[float] = []
+
+    def worker() -> None:
+        for _ in range(3):
+            limiter.acquire_blocking()
+            done.append(time.monotonic())
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(JOIN)
+    assert len(done) == 9 and max(done) - start >= 8 / 40 - 0.01
+
+
+# ---- processes ----
+
+@pytest.mark.parametrize("tasks", [1, 50])
+def test_processes_share_one_bound(name: str, tasks: int) -> None:
+    rate, burst, n = 400, 5, 4
+    start = time.monotonic_ns() + 2_000_000_000  # the workers spawned and joined by then
+    stop = start + 1_500_000_000
+    logs = run_workers(take_until, [(name, (rate, 1), {"burst": burst}, tasks, start, stop)] * n)
+    counted = [t for _, c, _ in logs for t in c]
+    made = [t for _, _, m in logs for t in m]
+    assert all(len(c) > 0 for _, c, _ in logs)  # every process was granted
+    assert excess(counted, 1e9 / rate, burst) <= 1e-6  # exact, where the segment counted them
+    assert excess(made, 1e9 / rate, burst) <= n + 1e-6  # when made: one reservation per process late at most
+    expected = burst + rate * (max(counted) - min(counted)) / 1e9
+    assert 0.8 * expected <= len(counted) <= expected + 1e-6
+
+
+def test_try_acquire_from_processes_keeps_the_bound(name: str) -> None:
+    rate, burst, n = 10_000, 100, 4
+    start = time.monotonic_ns() + 2_000_000_000
+    stop = start + 500_000_000
+    logs = run_workers(try_until, [(name, (rate, 1), {"burst": burst}, start, stop)] * n)
+    counted = [t for _, c, _ in logs for t in c]
+    assert excess(counted, 1e9 / rate, burst) <= 1e-6
+    assert len(counted) <= burst + rate * 0.5 + 1
+
+
+def test_a_stopped_process_releases_no_backlog(name: str) -> None:
+    rate, burst, n = 200, 2, 3
+    start = time.monotonic_ns() + 2_000_000_000
+    stop = start + 1_500_000_000
+
+    def stop_one(processes: list[Any]) -> None:
+        time.sleep(max(0, start - time.monotonic_ns()) / 1e9 + 0.5)
+        os.kill(processes[0].pid, signal.SIGSTOP)
+        time.sleep(0.15)
+        os.kill(processes[0].pid, signal.SIGCONT)
+
+    logs = run_workers(take_until, [(name, (rate, 1), {"burst": burst}, 20, start, stop)] * n, during=stop_one)
+    made = [t for _, _, m in logs for t in m]
+    assert excess([t for _, c, _ in logs for t in c], 1e9 / rate, burst) <= 1e-6
+    assert excess(made, 1e9 / rate, burst) <= n + 1e-6
+
+
+def test_a_killed_process_leaves_the_store_working(name: str) -> None:
+    rate, burst = 200, 5
+    Limiter(rate, 1, burst=burst, store=SharedMemoryStore(name))  # created here
+    start = time.monotonic_ns() + 2_000_000_000
+    stop = start + 1_000_000_000
+    results = SPAWN.Queue()
+    victim = SPAWN.Process(target=take_until, args=(name, (rate, 1), {"burst": burst}, 20, start, stop + 10**10,
+                                                     results))
+    victim.start()
+    time.sleep(max(0, start - time.monotonic_ns()) / 1e9 + 0.3)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(JOIN)
+    logs = run_workers(take_until, [(name, (rate, 1), {"burst": burst}, 20, time.monotonic_ns(), stop + 500_000_000)]
+                       * 2)
+    counted = [t for _, c, _ in logs for t in c]
+    span = (max(counted) - min(counted)) / 1e9
+    assert len(counted) >= 0.8 * rate * span  # the survivors get the rate, less what the victim held
+    assert excess(counted, 1e9 / rate, burst) <= 1e-6
+
+
+# ---- the rest of the API over the store ----
+
+def test_reserve_decorator_and_slot_over_the_store(name: str) -> None:
+    limiter = Limiter(50, 1, burst=1, store=SharedMemoryStore(name))
+    calls: list[float] = []
+
+    @limiter
+    async def call() -> None:
+        calls.append(time.monotonic())
+
+    async def main() -> None:
+        assert limiter.try_acquire()
+        reservation = limiter.reserve()
+        assert 0 < reservation.delay <= 0.03
+        await reservation
+        async with limiter.slot():
+            calls.append(time.monotonic())
+        await call()
+        await limiter.acquire(1, timeout=1)
+
+    start = time.monotonic()
+    asyncio.run(main())
+    assert len(calls) == 2 and time.monotonic() - start >= 4 / 50 - 0.005
+    assert limiter.stats().granted == 5
+
+
+def test_several_rates_are_checked_together(name: str) -> None:
+    limiter = Limiter(rates=[(100, 1, 3), (4, 60, 4)], store=SharedMemoryStore(name))
+    other = Limiter(rates=[(100, 1, 3), (4, 60, 4)], store=SharedMemoryStore(name))
+    assert limiter.try_acquire(3)
+    assert not other.try_acquire(2)  # the first rate is empty
+    time.sleep(0.02)
+    assert other.try_acquire(1)  # the second rate's last token
+    time.sleep(0.02)
+    assert not limiter.try_acquire(1)  # the first rate has one again, the second none for 15 s
+    with pytest.raises(TimeoutError):
+        asyncio.run(limiter.acquire(1, timeout=5))
+
+
+def test_with_limiter_in_threads_and_loops_together(name: str) -> None:
+    import threading
+
+    limiter = Limiter(100, 1, burst=1, store=SharedMemoryStore(name))
+    granted: list[str] = []
+
+    def blocking() -> None:
+        for _ in range(5):
+            with limiter:
+                granted.append("thread")
+
+    async def tasks() -> None:
+        async def one() -> None:
+            async with limiter:
+                granted.append("task")
+
+        await asyncio.gather(*(one() for _ in range(5)))
+
+    threads = [threading.Thread(target=blocking), threading.Thread(target=asyncio.run, args=(tasks(),))]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(JOIN)
+    assert sorted(granted) == ["task"] * 5 + ["thread"] * 5
+    assert time.monotonic() - start >= 9 / 100 - 0.005  # one grant per 10 ms, both kinds of owner together
+
+
+def test_a_waiter_above_a_new_burst_fails(name: str) -> None:
+    limiter = Limiter(1, 10, burst=3, store=SharedMemoryStore(name))
+
+    async def main() -> None:
+        assert limiter.try_acquire(3)
+        first = asyncio.ensure_future(limiter.acquire(1))  # the head: it holds the reservation
+        big = asyncio.ensure_future(limiter.acquire(3))  # queued behind it
+        await asyncio.sleep(0.01)
+        limiter.set_rate(1, 10, burst=2)
+        with pytest.raises(ValueError, match="new burst"):
+            await big
+        assert limiter.waiting == 1
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
+
+    asyncio.run(main())
