@@ -414,3 +414,17 @@ def test_a_default_amount_above_the_capacity_gets_the_limiters_own_error(lib, vr
     else:
         assert isinstance(outcome, ValueError)
         assert str(outcome) == "Can't acquire more than the maximum capacity"
+
+
+def test_only_the_c_engine_shares_a_store(lib):
+    import uuid
+
+    store = lib.package.SharedMemoryStore(f"aiotb-test-{uuid.uuid4().hex[:16]}")
+    if lib.name == "c":
+        try:
+            assert lib.Limiter(10, 1, store=store).try_acquire()
+        finally:
+            assert store.unlink(store.name)
+    else:
+        with pytest.raises(RuntimeError, match="needs aiotb's C engine"):
+            lib.Limiter(10, 1, store=store)

@@ -25,6 +25,9 @@ from aiotb import _tokenbucket  # noqa: F401  (a failing C import must fail thes
 from shm_workers import logged, take_until, try_until
 from virtual_loop import VirtualClockLoop
 
+# The run on the pure-Python engine (AIOTB_NO_EXTENSIONS=1) leaves the shared store out: it needs the C
+# engine, as tests/test_bad_input.py checks in that run too.
+pytestmark = pytest.mark.skipif(aiotb.IMPLEMENTATION != "c", reason="the pure-Python engine has no shared store")
 SPAWN = multiprocessing.get_context("spawn")
 JOIN = 60.0  # s: the longest a worker may take
 
