@@ -19,19 +19,30 @@ from aiotb._tokenbucket import SHM_OK
 
 class LoggedLimiter(SharedLimiter):
     """A shared limiter that logs every grant it makes: the instant the segment counted it (a
-    reservation's, or the clock reading a take was made at) and the instant this process made it."""
+    reservation's, or the clock reading a take was made at) and the instant this process made it. Its
+    newcomers take from the segment here, as the engine's fast path does, to log the instant."""
 
     __slots__ = ("counted", "made")
 
     def _take_at_once(self, amount: float) -> bool:
-        if self._fair and (self._queue or self._slot is not None):
+        if self._fair and self._queue:
             return False
-        now = self._segment.now()  # take() reads the same clock itself; read here to log it
+        now = self._segment.now()  # the engine's fast path reads the same clock itself; read here to log it
         if self._segment.take_now(amount, now) != SHM_OK:
             return False
         self.counted.append(now)
         self.made.append(now)
         return True
+
+    def try_acquire(self, amount: float = 1) -> bool:
+        return self._take_at_once(self._amount(amount))
+
+    async def __aenter__(self) -> None:
+        if not self._take_at_once(1.0):
+            await self._wait(1.0, None)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
 
     def _count_wait(self, waiter: Any, slot: Any, now: int) -> None:
         super()._count_wait(waiter, slot, now)

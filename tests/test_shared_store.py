@@ -402,3 +402,21 @@ def test_a_waiter_above_a_new_burst_fails(name: str) -> None:
         await asyncio.gather(first, return_exceptions=True)
 
     asyncio.run(main())
+
+
+def test_try_acquire_on_a_virtual_clock_is_refused(name: str) -> None:
+    limiter = Limiter(10, 1, store=SharedMemoryStore(name))
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="virtual or patched clock"):
+            limiter.try_acquire()
+        with pytest.raises(RuntimeError, match="virtual or patched clock"):
+            async with limiter:
+                pass
+
+    loop = VirtualClockLoop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert limiter.try_acquire()  # outside that loop: CLOCK_MONOTONIC again

@@ -512,3 +512,11 @@ class Bucket:
     def _as_good_as_new(self) -> bool:
         """No waiter, every limit full: the same as a bucket made now."""
         return self._core.as_good_as_new(self._configured_now())
+
+    def _share(self, segment: object, error: type[Exception], /) -> None:
+        """The C engine's newcomers can take from a shared segment (binding/shared.h); this engine's cannot."""
+        raise RuntimeError("the pure-Python engine cannot share a segment")
+
+    def _share_busy(self, busy: bool, /) -> None:
+        """See _share."""
+        raise RuntimeError("the pure-Python engine cannot share a segment")

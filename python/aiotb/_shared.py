@@ -79,6 +79,7 @@ class SharedLimiter(Limiter):
         # granted, granted tokens, waits, wait ns total, wait ns max, cancelled, timeouts
         self._counts = [0, 0.0, 0, 0, 0, 0, 0]
         self._owners.holds = True  # the dispatcher's passes fail what the engine strands
+        self._share(self._segment, StoreCorrupt)  # the engine's fast path takes from the segment
 
     @property
     def store(self) -> SharedMemoryStore:
@@ -97,27 +98,12 @@ class SharedLimiter(Limiter):
         """Waiters of this process queued now."""
         return len(self._queue)
 
-    def acquire(self, amount: float = 1, timeout: float | None = None) -> Coroutine[Any, Any, None]:
-        if timeout is not None:
-            Limiter.acquire(self, amount, timeout).close()  # checks the timeout as every limiter does
-            timeout = float(timeout)
-        return self._acquire(self._amount(amount), timeout)
-
-    def try_acquire(self, amount: float = 1) -> bool:
-        return self._take_at_once(self._amount(amount))
-
     def has_capacity(self, amount: float = 1) -> bool:
         x = self._amount(amount)
         if self._fair and (self._queue or self._slot is not None):
             return False
         now = self._segment.now()
         return self._call(self._segment.fit_at, x, now) <= now
-
-    async def __aenter__(self) -> None:
-        await self._acquire(1.0, None)
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "
@@ -126,10 +112,9 @@ class SharedLimiter(Limiter):
 
     # ---- waiting ----
 
-    async def _acquire(self, amount: float, timeout: float | None) -> None:
+    def _wait(self, amount: float, timeout: float | None) -> Coroutine[Any, Any, None]:
         self._check_loop()
-        if not self._take_at_once(amount):
-            await self._wait(amount, timeout)
+        return super()._wait(amount, timeout)
 
     def _check_loop(self) -> None:
         """RuntimeError on a loop whose clock is not CLOCK_MONOTONIC: processes share that clock only."""
@@ -152,20 +137,6 @@ class SharedLimiter(Limiter):
         self._most = self.burst  # the largest and smallest amounts one grant can count
         self._least = self._most * 2.0**-50
 
-    def _take_at_once(self, amount: float) -> bool:
-        """Takes amount now if a newcomer may: fair, only with nobody of this process queued."""
-        if self._fair and (self._queue or self._slot is not None):
-            return False
-        try:
-            if not self._segment.take(amount):
-                return False
-        except SegmentCorrupt as error:
-            raise StoreCorrupt(f"{self._store!r} is corrupt: nothing was granted from it") from error
-        counts = self._counts
-        counts[0] += 1
-        counts[1] += amount
-        return True
-
     def _enqueue(self, amount: float, timeout: float | None, handle: Any, owner: object) -> int:
         segment = self._segment
         now = segment.now()
@@ -179,6 +150,7 @@ class SharedLimiter(Limiter):
                     raise TimeoutError(f"{amount!r} tokens cannot be granted within {timeout!r} s")
             ident = next(self._idents)
             self._queue[ident] = _Waiter(handle, owner, amount, min(deadline, _NEVER), now)
+            self._share_busy(True)
         return ident
 
     def _reserve(self, amount: float, handle: Any, owner: object) -> tuple[int, float]:
@@ -235,6 +207,7 @@ class SharedLimiter(Limiter):
             slot = self._slot
             first = slot.at / 1e9 if slot is not None and queue[slot.ident].owner is owner else None
             stranded = bool(self._stranded)
+            self._share_busy(bool(queue))
         if woken is not None:
             woken.wake()
         if stranded:
@@ -266,6 +239,7 @@ class SharedLimiter(Limiter):
         if slot is not None and slot.ident == ident:
             self._slot = None
             self._pass_on(slot)
+        self._share_busy(bool(self._queue))
         return waiter
 
     def _pass_on(self, slot: _Slot) -> None:
@@ -293,6 +267,7 @@ class SharedLimiter(Limiter):
                 if waiter.amount > burst and (self._slot is None or self._slot.ident != ident):
                     del self._queue[ident]
                     self._counts[5] += 1
+                    self._share_busy(bool(self._queue))
                     return waiter.handle, True
         return None
 
@@ -340,8 +315,10 @@ class SharedLimiter(Limiter):
                 self._call(segment.cancel, slot.record, segment.now())
 
     def _stats(self) -> tuple[int, float, int, float, float, int, int]:
+        at_once, at_once_tokens = Limiter._stats(self)[:2]  # the engine's fast path counts its own grants
         granted, tokens, waits, total, most, cancelled, timeouts = self._counts
-        return int(granted), float(tokens), int(waits), total / 1e9, most / 1e9, int(cancelled), int(timeouts)
+        return (int(granted) + at_once, float(tokens) + at_once_tokens, int(waits), total / 1e9, most / 1e9,
+                int(cancelled), int(timeouts))
 
     # ---- the segment ----
 

@@ -10,9 +10,10 @@
 #include "binding/state.h"
 #include "binding/clock.h"
 #include "binding/params.h"
+#include "binding/segment.h"
+#include "binding/shared.h"
 #include "binding/awaitables.h"
 #include "binding/timer.h"
-#include "binding/segment.h"
 
 static PyModuleDef tokenbucket_module;
 
@@ -99,6 +100,8 @@ static int bucket_traverse(PyObject *op, visitproc visit, void *arg)
     BucketObject *self = (BucketObject *)op;
     Py_VISIT(Py_TYPE(op));
     Py_VISIT(self->domain);
+    Py_VISIT(self->segment);
+    Py_VISIT(self->shared_error);
     if (self->configured)
         for (uint32_t s = self->core.head; s != TB_NIL; s = self->core.slots[s].next)
             Py_VISIT((PyObject *)self->core.slots[s].handle);
@@ -111,6 +114,8 @@ static int bucket_clear(PyObject *op)
     while (self->configured && self->core.waiting > 0)  /* forgotten, not granted */
         Py_DECREF((PyObject *)tb_withdraw_head(&self->core));
     Py_CLEAR(self->domain);
+    Py_CLEAR(self->segment);
+    Py_CLEAR(self->shared_error);
     return 0;
 }
 
@@ -143,7 +148,10 @@ FLATTEN static PyObject *bucket_aenter(PyObject *op, PyObject *Py_UNUSED(ignored
         return not_configured(self), NULL;
     if (bucket_now(self, &now) < 0)
         return NULL;
-    if (tb_take(&self->core, 1.0, now)) {
+    int taken = newcomer_take(self, 1.0, now);
+    if (taken < 0)
+        return NULL;
+    if (taken) {
         if (holds_grants(self))
             tb_hold(&self->core, 1.0);
         return Py_NewRef(self->state->ready);
@@ -219,7 +227,8 @@ static PyObject *bucket_try_acquire(PyObject *op, PyObject *const *args, Py_ssiz
     tb_ns now;
     if (amount_now(self, "try_acquire", args, nargsf, kwnames, &amount, &now) < 0)
         return NULL;
-    return PyBool_FromLong(tb_take(&self->core, amount, now));
+    int taken = newcomer_take(self, amount, now);
+    return taken < 0 ? NULL : PyBool_FromLong(taken);
 }
 
 // has_capacity(amount=1) -> bool: whether acquire(amount) would go through now; takes nothing.
@@ -611,6 +620,8 @@ static PyMethodDef bucket_methods[] = {
     {"_pause_until", bucket_pause_until, METH_O, NULL},
     {"_stats", bucket_stats, METH_NOARGS, NULL},
     {"_as_good_as_new", bucket_as_good_as_new, METH_NOARGS, NULL},
+    {"_share", (PyCFunction)(void (*)(void))bucket_share, METH_FASTCALL, NULL},
+    {"_share_busy", bucket_share_busy, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -754,6 +765,7 @@ static int tokenbucket_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->latest.loop_type);
     Py_VISIT(st->latest.loop_dict);
     Py_VISIT(st->segment_corrupt);
+    Py_VISIT(st->segment_type);
     return 0;
 }
 
@@ -781,6 +793,7 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->str_drop_closed);
     Py_CLEAR(st->str_seen);
     Py_CLEAR(st->segment_corrupt);
+    Py_CLEAR(st->segment_type);
     return 0;
 }
 

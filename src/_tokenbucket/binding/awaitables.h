@@ -142,9 +142,10 @@ static PySendResult acquisition_send(PyObject *op, PyObject *arg, PyObject **res
             *result = NULL;
             return PYGEN_ERROR;
         }
-        if (tb_take(&bucket->core, self->amount, now)) {
-            *result = Py_NewRef(Py_None);
-            return PYGEN_RETURN;
+        int taken = newcomer_take(bucket, self->amount, now);
+        if (taken != 0) {
+            *result = taken > 0 ? Py_NewRef(Py_None) : NULL;
+            return taken > 0 ? PYGEN_RETURN : PYGEN_ERROR;
         }
         self->waiting = wait_for_grant(bucket, self->amount, self->timeout);
         if (self->waiting == NULL) {

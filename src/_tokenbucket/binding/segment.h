@@ -707,10 +707,10 @@ static int segment_add_to_module(PyObject *module, tb_state *st)
     if (st->segment_corrupt == NULL || PyModule_AddObjectRef(module, "SegmentCorrupt", st->segment_corrupt) < 0)
         return -1;
     PyObject *type = PyType_FromModuleAndSpec(module, &segment_spec, NULL);
-    int rc = type ? PyModule_AddType(module, (PyTypeObject *)type) : -1;
-    Py_XDECREF(type);
-    if (rc < 0)
+    st->segment_type = (PyTypeObject *)type;
+    if (type == NULL || PyModule_AddType(module, (PyTypeObject *)type) < 0)
         return -1;
+    int rc;
     static const struct {
         const char *name;
         long long value;

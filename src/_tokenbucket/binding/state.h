@@ -85,6 +85,7 @@ typedef struct {
     PyObject *str_drop_closed;
     PyObject *str_seen;          /* this module's key in each thread's state dict (see clock.h) */
     PyObject *segment_corrupt;   /* the exception SegmentCorrupt (segment.h), or NULL where there is no Segment */
+    PyTypeObject *segment_type;  /* Segment (segment.h), or NULL where there is none */
     int type_watcher;            /* 3.12+: id of the watcher that counts class changes, or -1 */
 } tb_state;
 
@@ -96,6 +97,9 @@ typedef struct {
     bool has_last;      /* last_now holds a reading */
     tb_ns last_now;     /* the latest reading of the clock */
     PyObject *domain;   /* the loop whose own clock core times are on; NULL: CLOCK_MONOTONIC */
+    PyObject *segment;  /* the Segment newcomers take from (shared.h), or NULL: the core's own limits */
+    PyObject *shared_error; /* with a segment: the exception class for a corrupt one (aiotb.StoreCorrupt) */
+    bool shared_busy;   /* with a segment: a waiter of this process is queued (the Python layer says) */
 } BucketObject;
 
 /* What one thread has proven (clock.h): a loop whose clock is CLOCK_MONOTONIC and, on 3.11-3.13, the
