@@ -420,3 +420,8 @@ def test_try_acquire_on_a_virtual_clock_is_refused(name: str) -> None:
     finally:
         loop.close()
     assert limiter.try_acquire()  # outside that loop: CLOCK_MONOTONIC again
+
+
+def test_keys_cannot_share_one_store(name: str) -> None:
+    with pytest.raises(TypeError, match="KeyedLimiter takes no store"):
+        aiotb.KeyedLimiter(5, 1, store=SharedMemoryStore(name))

@@ -25,6 +25,8 @@ class KeyedLimiter:
     limiter_class: type[Limiter] = Limiter
 
     def __init__(self, max_rate: float, time_period: float = 60, **options: Any) -> None:
+        if options.get("store") is not None:
+            raise TypeError("KeyedLimiter takes no store: every key's limiter would share the one store's rates")
         self._prototype = self.limiter_class(max_rate, time_period, **options)  # checks the options once
         self._args = (max_rate, time_period)
         self._options = options
