@@ -425,3 +425,21 @@ def test_try_acquire_on_a_virtual_clock_is_refused(name: str) -> None:
 def test_keys_cannot_share_one_store(name: str) -> None:
     with pytest.raises(TypeError, match="KeyedLimiter takes no store"):
         aiotb.KeyedLimiter(5, 1, store=SharedMemoryStore(name))
+
+
+def test_a_reservation_reached_late_is_not_used_as_it_stands(name: str) -> None:
+    limiter = Limiter(10, 1, burst=1, store=SharedMemoryStore(name))
+
+    async def main() -> float:
+        assert limiter.try_acquire()
+        waiter = asyncio.ensure_future(limiter.acquire())
+        for _ in range(3):
+            await asyncio.sleep(0)  # queued: its reservation is 100 ms away
+        assert limiter._slot is not None
+        time.sleep(0.3)  # the loop stalls past it by 200 ms, more than a token's time
+        await waiter
+        return limiter.tokens
+
+    # Counted 200 ms before its use, the reserved token would come on top of the one the bucket refilled
+    # meanwhile (1.0 left now); taken afresh instead, it leaves nothing (the stale one is lost).
+    assert asyncio.run(main()) < 0.5

@@ -7,9 +7,15 @@ first come first served. Each process holds at most one reservation ahead: its f
 waiter's loop times it (the dispatcher's one timer, precise where it can be); when its instant comes
 it is granted and the next waiter reserves. So no process polls or wakes another, and a process
 stalled by the scheduler, a GC pause or SIGSTOP wakes with at most that one grant due, never a
-backlog of slots that came due while it slept: the bound counts grants when they are used, less one
-reservation per process. A reservation whose instant falls in a pause set after it (``penalize``
-from another process) is dropped when it comes due, and its waiter reserves again after the pause.
+backlog of slots that came due while it slept. Nor is that one grant used as it stands: counted at its
+instant, it would come on top of the grants the other processes made meanwhile. A reservation reached
+more than ``STALE_AFTER`` (and a token's time) after its instant is stale: its waiter takes the
+tokens afresh if they are free now, else reserves again behind the others (once: a waiter gives up
+one stale reservation at most, so that an overloaded process does not starve), and the stale
+reservation's tokens are lost. So the bound holds where grants are used, less what a lateness below
+that allows (at most one grant per process, and only while the rates have no room). A reservation
+whose instant falls in a pause set after it (``penalize`` from another process) is dropped when it
+comes due, and its waiter reserves again after the pause.
 
 Giving back follows the segment's rule (shm.h): a waiter that leaves before its instant gives the
 reservation to the next waiter of this process if that one asks for no more, else cancels it, which
@@ -37,6 +43,7 @@ from ._tokenbucket import SHM_OK as _OK
 from ._tokenbucket import Segment, SegmentCorrupt
 
 T = TypeVar("T")
+STALE_AFTER = 1_000_000  # ns: a reservation reached later than this (and than a token's time) is stale
 SET_RATE_TRIES = 1000  # set_rate overtaken by another process's set_rate of the same rate this often: give up
 
 
@@ -59,7 +66,7 @@ class SharedLimiter(Limiter):
     """``Limiter(..., store=SharedMemoryStore(name))``: see the module's doc."""
 
     __slots__ = ("_store", "_segment", "_queue", "_slot", "_queue_lock", "_idents", "_stranded", "_loop_checked",
-                 "_counts", "_most", "_least")
+                 "_counts", "_most", "_least", "_stale_after", "_restarted")
 
     def __init__(self, max_rate: float | None = None, time_period: float | None = None, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
@@ -75,6 +82,7 @@ class SharedLimiter(Limiter):
         self._queue_lock = threading.Lock()  # the queue and the slot: loops and threads of this process share them
         self._idents = itertools.count(1)
         self._stranded: list[tuple[Any, bool]] = []
+        self._restarted = 0  # the waiter that gave up a stale reservation last (0: none)
         self._loop_checked: asyncio.AbstractEventLoop | None = None
         # granted, granted tokens, waits, wait ns total, wait ns max, cancelled, timeouts
         self._counts = [0, 0.0, 0, 0, 0, 0, 0]
@@ -136,6 +144,7 @@ class SharedLimiter(Limiter):
         super()._time_precisely()
         self._most = self.burst  # the largest and smallest amounts one grant can count
         self._least = self._most * 2.0**-50
+        self._stale_after = max(STALE_AFTER, min(r.ns_per_token for r in self._rates))
 
     def _enqueue(self, amount: float, timeout: float | None, handle: Any, owner: object) -> int:
         segment = self._segment
@@ -181,6 +190,12 @@ class SharedLimiter(Limiter):
                     self._slot = None
                     if self._call(segment.paused_until) > now:  # a pause set after it was reserved: it waits again
                         continue
+                    if now - slot.at > self._stale_after and slot.ident != self._restarted:
+                        # stalled past its instant: counted then, not now (once per waiter: none starves)
+                        if segment.take_now(slot.amount, now) != _OK:
+                            self._restarted = slot.ident
+                            continue  # no room now: it reserves again, behind the others
+                        slot = slot._replace(at=now)
                     waiter = queue.pop(slot.ident)
                     granted.append(waiter.handle)
                     amounts.append(waiter.amount)
