@@ -466,8 +466,8 @@ def target_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
                      abs(f["rate_error_pct"]) <= TARGET_FAULT_RATE_PCT))
         rows.append(("5. faults, 2,000/s", "0 windows over the bound", f"{f['windows_over']:,}",
                      f["windows_over"] == 0))
-        rows.append(("5. faults, 2,000/s", "0 over-grants (largest GCRA excess ≤ 0 tokens)",
-                     f"{f['excess_tokens']:+.2f} tokens", f["excess_tokens"] <= 1e-9))
+        rows.append(("5. faults, 2,000/s", "0 over-grants: no grant beyond burst + rate·t (largest GCRA excess < 1 token)",
+                     f"{f['excess_tokens']:+.2f} tokens", f["excess_tokens"] < 1))
     if "http" in r:
         shared = r["http"]["shared"]
         worst = max(run["server_429"] for run in shared)
@@ -580,13 +580,16 @@ def faults_section(f: dict[str, Any]) -> list[str]:
             "What the excess means. Each process holds at most one reservation in the segment, its head waiter's, "
             "and grants it on its own loop timer when its instant comes; the segment counts the grant at that "
             "instant. A process stopped past that instant (by SIGSTOP here, or by the scheduler, or with the whole "
-            "machine) uses the grant when it wakes, after the other processes have used the instants that follow "
-            "it: counted where it is used, that grant is one token early. A stalled process adds at most that one "
-            "grant when it wakes, so at use instants the bound is burst + rate·1 s plus one grant per process that "
-            f"stalled ({PROCESSES} at most here; a SIGKILL loses the killed process's reservation and adds nothing). "
+            "machine) would use the grant when it wakes, after the other processes have used the instants that "
+            "follow it. So a reservation reached more than 5 ms (and a token's time) late is stale: its waiter takes "
+            "the tokens afresh if they are free, else reserves again, and the stale tokens are lost. A lateness below "
+            "that can still add at most one grant per process at use instants, and only while the rates have no room "
+            f"({PROCESSES} at most here; a SIGKILL loses the killed process's reservation and adds nothing). "
             "Under continuous demand the bucket never refills, so GCRA virtual scheduling carries such an excess "
             "forward until the demand pauses, and then also shows how much less late later uses are than the ones "
-            "before them (a fraction of a token).", "",
+            "before them (a fraction of a token). A use instant is read as its task resumes, a little after its grant "
+            "and by a varying amount: a fraction of a token of excess is that, not a grant beyond the bound (every "
+            "grant here is one token, so one over the bound would show as an excess of 1 or more).", "",
             f"This run: the largest excess is {f['excess_tokens']:+.2f} tokens, {'within' if within else 'above'} the "
             f"{PROCESSES} grants that one reservation per process allows; the busiest window held "
             f"{f['max_in_window']:,} against {f['bound']:,.0f} + {PROCESSES}.", ""]

@@ -9,7 +9,7 @@ it is granted and the next waiter reserves. So no process polls or wakes another
 stalled by the scheduler, a GC pause or SIGSTOP wakes with at most that one grant due, never a
 backlog of slots that came due while it slept. Nor is that one grant used as it stands: counted at its
 instant, it would come on top of the grants the other processes made meanwhile. A reservation reached
-more than ``STALE_AFTER`` (and a token's time) after its instant is stale: its waiter takes the
+more than ``STALE_AFTER`` (5 ms, and a token's time) after its instant is stale: its waiter takes the
 tokens afresh if they are free now, else reserves again behind the others (once: a waiter gives up
 one stale reservation at most, so that an overloaded process does not starve), and the stale
 reservation's tokens are lost. So the bound holds where grants are used, less what a lateness below
@@ -43,7 +43,7 @@ from ._tokenbucket import SHM_OK as _OK
 from ._tokenbucket import Segment, SegmentCorrupt
 
 T = TypeVar("T")
-STALE_AFTER = 1_000_000  # ns: a reservation reached later than this (and than a token's time) is stale
+STALE_AFTER = 5_000_000  # ns: a reservation reached later than this (and than a token's time) is stale
 SET_RATE_TRIES = 1000  # set_rate overtaken by another process's set_rate of the same rate this often: give up
 
 
