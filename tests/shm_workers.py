@@ -16,6 +16,8 @@ from aiotb import SharedMemoryStore
 from aiotb._shared import SharedLimiter
 from aiotb._tokenbucket import SHM_OK
 
+READY_WAIT = 60.0  # s: the longest a worker waits for the others to be ready
+
 
 class LoggedLimiter(SharedLimiter):
     """A shared limiter that logs every grant it makes: the instant the segment counted it (a
@@ -57,20 +59,21 @@ def logged(name: str, *args: Any, **kwargs: Any) -> LoggedLimiter:
     return limiter
 
 
-def take_until(name: str, limiter_args: tuple[Any, ...], limiter_kwargs: dict[str, Any], tasks: int,
-               start_ns: int, stop_ns: int, results: Any) -> None:
-    """tasks tasks take one token at a time from start_ns until stop_ns; puts (pid, counted, made) on
-    results."""
+def take_until(name: str, limiter_args: tuple[Any, ...], limiter_kwargs: dict[str, Any], tasks: int, span_ns: int,
+               ready: Any, results: Any) -> None:
+    """Once every worker has its limiter (the barrier ready), tasks tasks take one token at a time for span_ns;
+    puts (pid, counted, made) on results."""
 
     async def main() -> LoggedLimiter:
         limiter = logged(name, *limiter_args, **limiter_kwargs)
+        ready.wait(READY_WAIT)
+        stop_ns = time.monotonic_ns() + span_ns
 
         async def task() -> None:
             while time.monotonic_ns() < stop_ns:
                 async with limiter:
                     pass
 
-        await asyncio.sleep(max(0, start_ns - time.monotonic_ns()) / 1e9)
         await asyncio.gather(*(task() for _ in range(tasks)))
         return limiter
 
@@ -78,11 +81,13 @@ def take_until(name: str, limiter_args: tuple[Any, ...], limiter_kwargs: dict[st
     results.put((os.getpid(), limiter.counted, limiter.made))
 
 
-def try_until(name: str, limiter_args: tuple[Any, ...], limiter_kwargs: dict[str, Any], start_ns: int, stop_ns: int,
+def try_until(name: str, limiter_args: tuple[Any, ...], limiter_kwargs: dict[str, Any], span_ns: int, ready: Any,
               results: Any) -> None:
-    """Calls try_acquire as fast as it can from start_ns until stop_ns; puts (pid, counted, made) on results."""
+    """Once every worker has its limiter, calls try_acquire as fast as it can for span_ns; puts (pid, counted,
+    made) on results."""
     limiter = logged(name, *limiter_args, **limiter_kwargs)
-    time.sleep(max(0, start_ns - time.monotonic_ns()) / 1e9)
+    ready.wait(READY_WAIT)
+    stop_ns = time.monotonic_ns() + span_ns
     while time.monotonic_ns() < stop_ns:
         limiter.try_acquire()
     results.put((os.getpid(), limiter.counted, limiter.made))
