@@ -244,7 +244,7 @@ def assert_corrupt(segment: Any) -> None:
     assert segment.take_now(1, T) == tb.SHM_EFOREIGN
     assert segment.set_rate(0, 1e6, 3, T) == tb.SHM_EFOREIGN
     assert segment.check() != 0
-    for call in (lambda: segment.take(1), lambda: segment.tokens(T), lambda: segment.fit_at(1, T),
+    for call in (lambda: segment.tokens(T), lambda: segment.fit_at(1, T),
                  lambda: segment.rate_params(0), segment.created_rates):
         with pytest.raises(tb.SegmentCorrupt, match="not aiotb's or is corrupt"):
             call()
@@ -401,8 +401,7 @@ def test_values_out_of_range(name: str) -> None:
         segment.tokens(2**58)
     with pytest.raises(ValueError, match="amount"):
         segment.fit_at(0, T)
-    with pytest.raises(ValueError, match="amount"):
-        segment.take(4)
+    assert segment.take_now(4, T) == tb.SHM_EINVAL
     with pytest.raises(ValueError, match="now"):
         segment.tokens(2**63)  # not a 64-bit instant
     with pytest.raises(ValueError, match="deadline"):
@@ -418,13 +417,6 @@ def test_now_is_clock_monotonic() -> None:
     assert before <= now <= after
 
 
-def test_take_reads_the_clock(name: str) -> None:
-    segment = created(name, [(1e12, 3.0, 3.0)])  # a token every 1000 s: none comes back during the test
-    assert [segment.take(1.0) for _ in range(3)] == [True] * 3
-    assert segment.take(amount=1) is False
-    assert 0.0 <= segment.tokens(tb.Segment.now()) < 1e-3  # what a few microseconds refill
-
-
 def take_many(name: str, rates: list[tuple[float, float, float]], takes: int, barrier: Any, results: Any) -> None:
     """In a spawned process: after the barrier, takes one token takes times as fast as it can; puts (granted,
     first instant, last instant) in results."""
@@ -432,7 +424,7 @@ def take_many(name: str, rates: list[tuple[float, float, float]], takes: int, ba
     assert segment.join(rates) == tb.SHM_OK
     barrier.wait(JOIN)
     start = tb.Segment.now()
-    granted = sum(segment.take(1.0) for _ in range(takes))
+    granted = sum(segment.take_now(1.0, tb.Segment.now()) == tb.SHM_OK for _ in range(takes))
     results.put((granted, start, tb.Segment.now()))
 
 
@@ -467,7 +459,6 @@ BAD_ARGUMENTS = [
     ("reserve", (1, T, None), "deadline"),
     ("take_now", (True, T), "amount"),
     ("take_now", (1, True), "now"),
-    ("take", (None,), "amount"),
     ("cancel", (bytearray(RECORD_SIZE), T), "record"),
     ("cancel", (bytes(RECORD_SIZE), "x"), "now"),
     ("tokens", (float(T),), "now"),
@@ -490,10 +481,10 @@ def test_arguments_are_counted(name: str) -> None:
     segment = created(name)
     with pytest.raises(TypeError, match="missing argument 'deadline'"):
         segment.reserve(1, T)
-    with pytest.raises(TypeError, match="takes at most 1 arguments"):
-        segment.take(1, 2)
+    with pytest.raises(TypeError, match="takes at most 2 arguments"):
+        segment.take_now(1, T, 2)
     with pytest.raises(TypeError, match="repeated keyword argument 'amount'"):
-        segment.take(1, amount=2)
+        segment.take_now(1, T, amount=2)
     with pytest.raises(TypeError, match="unexpected or repeated keyword argument 'when'"):
         segment.tokens(when=T)
     with pytest.raises(TypeError, match="name"):
@@ -521,7 +512,7 @@ def test_a_record_must_be_a_reservations(name: str) -> None:
 
 CLOSED_CALLS = [
     ("create", ([RATE],)), ("join", ([RATE],)), ("created_rates", ()), ("reserve", (1, T, NEVER)),
-    ("take_now", (1, T)), ("take", (1,)), ("cancel", (bytes(RECORD_SIZE), T)), ("tokens", (T,)),
+    ("take_now", (1, T)), ("cancel", (bytes(RECORD_SIZE), T)), ("tokens", (T,)),
     ("fit_at", (1, T)), ("pause_until", (T,)), ("paused_until", ()), ("set_rate", (0, 1e6, 3, T)),
     ("rate_params", (0,)), ("check", ()),
 ]
@@ -563,7 +554,7 @@ def cycle(count):
         assert segment.join([rate]) == 0 and segment.created_rates() == (rate,)
         status, at, record = segment.reserve(1.0, t, NEVER)
         segment.cancel(record, t)
-        segment.take(1)
+        segment.take_now(1, t)
         segment.tokens(t), segment.fit_at(1, t), segment.rate_params(0), segment.check()
         for bad in (lambda: segment.tokens("x"), lambda: segment.fit_at(0, t), lambda: segment.cancel(b"", t)):
             try:

@@ -66,7 +66,7 @@ class SharedLimiter(Limiter):
     """``Limiter(..., store=SharedMemoryStore(name))``: see the module's doc."""
 
     __slots__ = ("_store", "_segment", "_queue", "_slot", "_queue_lock", "_idents", "_stranded", "_loop_checked",
-                 "_counts", "_most", "_least", "_stale_after", "_restarted")
+                 "_counts", "_stale_after", "_restarted")
 
     def __init__(self, max_rate: float | None = None, time_period: float | None = None, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
@@ -134,16 +134,13 @@ class SharedLimiter(Limiter):
             self._loop_checked = loop
 
     def _amount(self, value: object) -> float:
-        """A valid amount, checked as every limiter checks it."""
-        if (type(value) is float or type(value) is int) and self._least <= value <= self._most:
-            return float(value)
-        Limiter.acquire(self, cast(float, value)).close()  # raises the usual error
+        """A valid amount, checked as every limiter checks it (by the engine, which takes nothing here)."""
+        Limiter.acquire(self, cast(float, value)).close()
         return float(cast(float, value))
 
     def _time_precisely(self) -> None:
+        """After a change of the rates: also when a reservation reached late turns stale."""
         super()._time_precisely()
-        self._most = self.burst  # the largest and smallest amounts one grant can count
-        self._least = self._most * 2.0**-50
         self._stale_after = max(STALE_AFTER, min(r.ns_per_token for r in self._rates))
 
     def _enqueue(self, amount: float, timeout: float | None, handle: Any, owner: object) -> int:
@@ -157,14 +154,13 @@ class SharedLimiter(Limiter):
                 if first > deadline:
                     self._counts[6] += 1
                     raise TimeoutError(f"{amount!r} tokens cannot be granted within {timeout!r} s")
+            self._share_busy(True)  # first: a newcomer on another thread must not take ahead of it
             ident = next(self._idents)
             self._queue[ident] = _Waiter(handle, owner, amount, min(deadline, _NEVER), now)
-            self._share_busy(True)
         return ident
 
     def _reserve(self, amount: float, handle: Any, owner: object) -> tuple[int, float]:
-        Limiter.acquire(self, amount).close()
-        ident = self._enqueue(float(amount), None, handle, owner)
+        ident = self._enqueue(self._amount(amount), None, handle, owner)
         now = self._segment.now()
         ahead = min(sum(w.amount for w in self._queue.values()), self.burst)
         return ident, max(self._call(self._segment.fit_at, ahead, now), now) / 1e9

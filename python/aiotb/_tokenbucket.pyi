@@ -122,8 +122,6 @@ class Segment:
         instant, record for cancel)."""
     def take_now(self, amount: float, now: int) -> int:
         """Takes amount if it can be granted at now; returns the status (SHM_OK, SHM_ETOOLATE: nothing taken)."""
-    def take(self, amount: float) -> bool:
-        """Takes amount now (CLOCK_MONOTONIC) if it can be granted: whether it was."""
     def cancel(self, record: bytes, now: int) -> int:
         """Cancels the reservation of record at now, giving back each rate no later reservation built on;
         returns how many rates it gave back."""

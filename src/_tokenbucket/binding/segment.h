@@ -1,6 +1,6 @@
 /* Segment: the shared limiter's segment (shm.h) in a named POSIX shared-memory object (shm_posix.h), for the
  * Python layer. A thin translation: every instant is an int of nanoseconds on CLOCK_MONOTONIC given by the
- * caller (but take(), the hot path, reads the clock itself), statuses come back as the ints of tb_shm_status,
+ * caller (a limiter's fast path over it is binding/shared.h), statuses come back as the ints of tb_shm_status,
  * and only the methods that have nothing else to return raise for one (EINVAL: ValueError; EFOREIGN:
  * SegmentCorrupt). The object mapped is untrusted: one shorter than a segment is foreign, and nothing here
  * reads past its end (but, as with any mapped file, a process that shrinks the object after it was mapped makes
@@ -427,30 +427,6 @@ static PyObject *segment_take_now(PyObject *op, PyObject *const *args, Py_ssize_
     return PyLong_FromLong(status);
 }
 
-// take(amount): True if amount is taken now (CLOCK_MONOTONIC), False if it cannot be; ValueError for an
-// amount no rate can grant, SegmentCorrupt for a foreign segment.
-static PyObject *segment_take(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    SegmentObject *self = (SegmentObject *)op;
-    static const char *const names[] = {"amount"};
-    PyObject *value;
-    double amount;
-    if (nargs == 1 && kwnames == NULL && PyFloat_CheckExact(args[0]))
-        amount = PyFloat_AS_DOUBLE(args[0]);
-    else if (bind_arguments("take", names, 1, args, nargs, kwnames, &value) < 0 ||
-             parse_real(self->state, "amount", value, &amount) < 0)
-        return NULL;
-    tb_shm *seg = open_segment(self);
-    if (seg == NULL)
-        return NULL;
-    tb_shm_status status = mapped_whole(self) ? tb_shm_take_now(seg, amount, monotonic_ns()) : TB_SHM_EFOREIGN;
-    if (status == TB_SHM_OK)
-        Py_RETURN_TRUE;
-    if (status == TB_SHM_ETOOLATE)
-        Py_RETURN_FALSE;
-    return segment_failed(self, status, "amount must be finite, > 0 and at most every rate's burst");
-}
-
 // cancel(record, now): gives back what the reservation of record took, where no later one built on it;
 // the number of rates given back. ValueError for a record that is not one of this segment's.
 static PyObject *segment_cancel(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -640,9 +616,6 @@ static PyMethodDef segment_methods[] = {
     SEGMENT_METHOD(take_now, SEGMENT_KEYWORDS,
                    "take_now($self, /, amount, now)\n--\n\nTakes amount if it can be granted at now; returns the "
                    "status (SHM_OK, SHM_ETOOLATE: nothing taken)."),
-    SEGMENT_METHOD(take, SEGMENT_KEYWORDS,
-                   "take($self, /, amount)\n--\n\nTakes amount now (CLOCK_MONOTONIC) if it can be granted: "
-                   "whether it was."),
     SEGMENT_METHOD(cancel, SEGMENT_KEYWORDS,
                    "cancel($self, /, record, now)\n--\n\nCancels the reservation of record at now, giving back each "
                    "rate no later reservation built on; returns how many rates it gave back."),

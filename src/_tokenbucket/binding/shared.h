@@ -74,10 +74,15 @@ static PyObject *bucket_share(PyObject *op, PyObject *const *args, Py_ssize_t na
     Py_RETURN_NONE;
 }
 
-// _share_busy(busy): whether a waiter of this process is queued for the segment. None.
+// _share_busy(busy): whether a waiter of this process is queued for the segment. None, or NULL with
+// TypeError for anything but a bool.
 static PyObject *bucket_share_busy(PyObject *op, PyObject *busy)
 {
-    ((BucketObject *)op)->shared_busy = PyObject_IsTrue(busy) == 1;
+    if (!PyBool_Check(busy)) {
+        PyErr_Format(PyExc_TypeError, "_share_busy() takes a bool, got %R", busy);
+        return NULL;
+    }
+    ((BucketObject *)op)->shared_busy = busy == Py_True;
     Py_RETURN_NONE;
 }
 
