@@ -2,7 +2,9 @@
 and on its pure-Python twin (id ``py``). The twin's classes come from a second copy of
 the installed package, loaded as ``aiotb_twin`` the way ``AIOTB_NO_EXTENSIONS=1`` would
 load it: the same modules, on the other engine. The C import is eager, so a broken
-build is an error, never a skip; ``--no-c-extensions`` deselects the C runs explicitly."""
+build is an error, never a skip; ``--no-c-extensions`` deselects the C runs explicitly. A test that takes
+``redis_url`` gets an empty database on a redis-server of the session's own (tests/redis_server.py), started
+only when a test first asks for it."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from typing import Any, Awaitable, Callable, Iterator, TypeVar
 
 import aiotb
 import pytest
+import redis
+from redis_server import RedisServer
 from virtual_loop import VirtualClockLoop
 
 T = TypeVar("T")
@@ -138,3 +142,18 @@ def run(request: pytest.FixtureRequest) -> Iterator[Callable[[Awaitable[T]], T]]
 def run_on() -> Callable[[asyncio.AbstractEventLoop, Awaitable[T]], T]:
     """Runs a coroutine on a given fresh loop, closes the loop, and fails on any loop error, like ``vrun``."""
     return _run_on
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A redis-server of this session on a free port of 127.0.0.1, stopped at the session's end."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """The session's redis-server, emptied (FLUSHALL) before the test, as a redis:// URL."""
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.flushall()
+    yield redis_server.url
