@@ -3,8 +3,12 @@
 from ._core import IMPLEMENTATION
 from ._keyed import KeyedLimiter
 from ._limiter import AsyncLimiter, LimitDecorator, Limiter, LimiterStats, Reservation, Slot, WindowLimiter
-from ._store_shm import SharedMemoryStore, StoreCorrupt, StoreError
+from ._redis_limiter import RedisLimiter
+from ._store import StoreCorrupt, StoreError, StoreUnavailable
+from ._store_redis import RedisStore
+from ._store_shm import SharedMemoryStore
 
 __all__ = ["AsyncLimiter", "IMPLEMENTATION", "KeyedLimiter", "LimitDecorator", "Limiter", "LimiterStats",
-           "Reservation", "SharedMemoryStore", "Slot", "StoreCorrupt", "StoreError", "WindowLimiter"]
+           "RedisLimiter", "RedisStore", "Reservation", "SharedMemoryStore", "Slot", "StoreCorrupt", "StoreError",
+           "StoreUnavailable", "WindowLimiter"]
 __version__ = "0.1.0"

@@ -21,6 +21,7 @@ from ._dispatch import PRECISE_REFILL, Dispatcher
 from ._owners import Owners
 
 if TYPE_CHECKING:
+    from ._store_redis import RedisStore
     from ._store_shm import SharedMemoryStore
 
 P = ParamSpec("P")
@@ -156,9 +157,13 @@ class Limiter(Bucket):
     _warn_on_reuse: ClassVar[bool] = False
     _capacity_is_max_rate: ClassVar[bool] = False  # set_rate's default burst: max_rate itself (aiolimiter)
 
-    def __new__(cls, *args: Any, store: SharedMemoryStore | None = None, **kwargs: Any) -> Self:
+    def __new__(cls, *args: Any, store: SharedMemoryStore | RedisStore | None = None, **kwargs: Any) -> Self:
         if store is None:
             return super().__new__(cls)
+        from ._store_redis import RedisStore
+
+        if isinstance(store, RedisStore):
+            return cls._over_redis()
         from ._store_shm import _segment_type
 
         _segment_type()  # RuntimeError first, where there is no shared memory or no C engine
@@ -174,9 +179,21 @@ class Limiter(Bucket):
             raise TypeError(f"store= works with Limiter itself, not {cls.__name__}")
         return cast(Self, Bucket.__new__(SharedLimiter))
 
+    @classmethod
+    def _over_redis(cls) -> Self:
+        """A new limiter of the class that waits on rates in Redis, or TypeError."""
+        from ._redis_limiter import RedisLimiter
+
+        if issubclass(cls, RedisLimiter):
+            return super().__new__(cls)
+        if cls is not Limiter:
+            raise TypeError(f"store=RedisStore(...) works with Limiter itself, not {cls.__name__}")
+        return cast(Self, Bucket.__new__(RedisLimiter))
+
     def __init__(self, max_rate: float | None = None, time_period: float | None = None, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
-                 rates: Sequence[tuple[float, ...]] | None = None, store: SharedMemoryStore | None = None) -> None:
+                 rates: Sequence[tuple[float, ...]] | None = None,
+                 store: SharedMemoryStore | RedisStore | None = None) -> None:
         if store is not None:  # a subclass that let store= through: its instance has no store behind it
             raise TypeError(f"store= works with Limiter itself, not {type(self).__name__}")
         self._setup(_params.limiter_rates(max_rate, time_period, burst, initial, rates), None,

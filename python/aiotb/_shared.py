@@ -34,7 +34,8 @@ from typing import Any, Callable, Coroutine, NamedTuple, Sequence, TypeVar, cast
 from . import _params
 from ._clock import is_monotonic_loop
 from ._limiter import Limiter
-from ._store_shm import SharedMemoryStore, StoreCorrupt
+from ._store import StoreCorrupt
+from ._store_shm import SharedMemoryStore
 from ._tokenbucket import NEVER as _NEVER
 from ._tokenbucket import SHM_EAGAIN as _EAGAIN
 from ._tokenbucket import SHM_EINVAL as _EINVAL

@@ -13,20 +13,13 @@ import time
 from typing import TYPE_CHECKING
 
 from ._core import IMPLEMENTATION
+from ._store import StoreCorrupt
 
 if TYPE_CHECKING:
     from ._tokenbucket import Segment
 
 JOIN_WAIT = 2.0  # s: how long a joiner waits for the creator to size and publish the object
 _NAME_BYTES = 200  # NAME_MAX is 255 with the leading "/"; leave room for the system's own prefix
-
-
-class StoreError(RuntimeError):
-    """A store cannot serve the limiter: its state is unreachable or cannot be trusted."""
-
-
-class StoreCorrupt(StoreError):
-    """A store's state is not aiotb's, or is corrupt: nothing was granted from it."""
 
 
 class SharedMemoryStore:

@@ -1,0 +1,206 @@
+-- A limiter's rates in one Redis hash (KEYS[1]): GCRA, as limits.c and _limits_py.py, in one script so that
+-- every decision is one round trip and atomic. Time is the server's (TIME), so the clients' clocks do not
+-- matter; where a server refuses TIME in scripts, the client's time in ARGV[3] stands in.
+--
+-- Lua's numbers are doubles, exact for integers below 2^53. Instants are integer nanoseconds after the hash's
+-- epoch `e` (a server time in microseconds); a rate's state F (the instant it is full again) and the pause
+-- `p` are such instants. The client keeps a full refill at most 2^52 ns (52 days) and a pause at most 2^51 ns;
+-- once now is 2^50 ns past the epoch, the epoch moves to now and every instant shifts by the same integer.
+-- So every value stays below 2^53: exact. A token's need is rounded up to a whole nanosecond (limits.c: to a
+-- sixteenth), never down, so the bound burst + rate * t holds.
+--
+-- ARGV: op, the definition (the rates the hash was created with: "ns_per_token,burst,initial;..."), the
+-- client's time in microseconds, "1" to use it even where TIME works (tests drive time so), then op's own.
+-- Replies: {status, ...}; status 0 ok, 1 an amount above a burst, 3 not within the wait asked, 5 a hash of
+-- another definition (then the stored one).
+
+local OK, EINVAL, ETOOLATE, EMISMATCH = 0, 1, 3, 5
+local REBASE_AT = 2 ^ 50
+
+local key, op, definition = KEYS[1], ARGV[1], ARGV[2]
+
+local function int(x)  -- an integer double as a decimal string, every digit kept
+    return string.format('%.0f', x)
+end
+
+local function clock_us()  -- now, in microseconds: the server's clock, else the client's
+    if ARGV[4] ~= '1' then
+        local ok, t = pcall(redis.call, 'TIME')
+        if ok then
+            return tonumber(t[1]) * 1000000 + tonumber(t[2])
+        end
+    end
+    return tonumber(ARGV[3])
+end
+
+-- The state: rates r[i] = {t = ns per token, b = burst, k = burst in ns, f = F}, epoch e, pause p (or nil).
+local function created(now_us)  -- a fresh state from the definition, holding each rate's initial tokens
+    local s = {e = now_us, r = {}, fresh = true}
+    for t, b, i in string.gmatch(definition, '([^,;]+),([^,;]+),([^,;]+)') do
+        t, b, i = tonumber(t), tonumber(b), tonumber(i)
+        s.r[#s.r + 1] = {t = t, b = b, k = math.ceil(b * t), f = math.ceil((b - i) * t)}
+    end
+    return s
+end
+
+local function loaded(now_us)  -- the stored state, a fresh one, or nil and the stored definition
+    local h = redis.call('HGETALL', key)
+    if #h == 0 then
+        return created(now_us)
+    end
+    local v = {}
+    for j = 1, #h, 2 do
+        v[h[j]] = h[j + 1]
+    end
+    if v.d ~= definition then
+        return nil, v.d
+    end
+    local s = {e = tonumber(v.e), r = {}, p = tonumber(v.p)}
+    for i = 1, tonumber(v.n) do
+        s.r[i] = {t = tonumber(v['t' .. i]), b = tonumber(v['b' .. i]), k = tonumber(v['k' .. i]),
+                  f = tonumber(v['f' .. i])}
+    end
+    return s
+end
+
+local function since_epoch(s, now_us)  -- now in ns after the epoch, moving the epoch first when it is far
+    local now = (now_us - s.e) * 1000
+    if now >= REBASE_AT then
+        for _, r in ipairs(s.r) do
+            r.f = r.f - now
+        end
+        if s.p then
+            s.p = s.p - now
+        end
+        s.e, now, s.rebased = now_us, 0, true
+    end
+    return now
+end
+
+local function stored(s, now, whole)  -- writes the state's instants (whole: all of it); it expires once every
+    local fields = {}                    -- rate is full again and the pause over
+    if whole or s.fresh or s.rebased then
+        fields = {'d', definition, 'e', int(s.e), 'n', #s.r}
+    end
+    local last = now
+    for i, r in ipairs(s.r) do
+        if whole or s.fresh then
+            fields[#fields + 1], fields[#fields + 2] = 't' .. i, string.format('%.17g', r.t)
+            fields[#fields + 1], fields[#fields + 2] = 'b' .. i, string.format('%.17g', r.b)
+            fields[#fields + 1], fields[#fields + 2] = 'k' .. i, int(r.k)
+        end
+        fields[#fields + 1], fields[#fields + 2] = 'f' .. i, int(r.f)
+        last = math.max(last, r.f)
+    end
+    if s.p then
+        fields[#fields + 1], fields[#fields + 2] = 'p', int(s.p)
+        last = math.max(last, s.p)
+    end
+    redis.call('HSET', key, unpack(fields))
+    redis.call('PEXPIRE', key, math.max(1, math.ceil((last - now) / 1e6)))
+end
+
+local function need(r, amount)  -- ns of a rate's tokens that amount takes
+    return math.ceil(amount * r.t)
+end
+
+local function fit_at(s, amount, now)  -- the first instant >= now at which every rate grants amount
+    local at = now
+    if s.p and s.p > at then
+        at = s.p
+    end
+    for _, r in ipairs(s.r) do
+        at = math.max(at, r.f - (r.k - need(r, amount)))
+    end
+    return at
+end
+
+local function most(s)  -- the largest amount one grant may take
+    local m = math.huge
+    for _, r in ipairs(s.r) do
+        m = math.min(m, r.b)
+    end
+    return m
+end
+
+local function tokens(s, now)  -- tokens available at now: the fewest over the rates, 0 while paused
+    if s.p and s.p > now then
+        return 0
+    end
+    local m = math.huge
+    for _, r in ipairs(s.r) do
+        local held = r.b
+        if r.f > now then
+            held = math.max(0, r.b - (r.f - now) / r.t)
+        end
+        m = math.min(m, held)
+    end
+    return m
+end
+
+local now_us = clock_us()
+local s, theirs = loaded(now_us)
+if not s then
+    return {EMISMATCH, theirs}
+end
+local now = since_epoch(s, now_us)
+
+if op == 'reserve' then  -- amount, the most ns it may wait (-1: any): {0, delay, record: epoch, F before, after...}
+    local amount, wait = tonumber(ARGV[5]), tonumber(ARGV[6])
+    if amount > most(s) then
+        return {EINVAL}
+    end
+    local at = fit_at(s, amount, now)
+    if wait >= 0 and at - now > wait then
+        return {ETOOLATE, at - now}
+    end
+    local record = {int(s.e)}
+    for _, r in ipairs(s.r) do
+        record[#record + 1] = int(r.f)
+        r.f = math.max(r.f, at) + need(r, amount)
+        record[#record + 1] = int(r.f)
+    end
+    stored(s, now)
+    return {OK, at - now, table.concat(record, ' ')}
+elseif op == 'cancel' then  -- a reservation's record: restores the rates nobody took from since
+    local restored, record = 0, {}
+    for word in string.gmatch(ARGV[5], '%S+') do
+        record[#record + 1] = word
+    end
+    if not s.fresh and record[1] == int(s.e) then
+        for i, r in ipairs(s.r) do
+            if record[1 + 2 * i] == int(r.f) then
+                r.f = tonumber(record[2 * i])
+                restored = restored + 1
+            end
+        end
+        if restored > 0 then
+            stored(s, now)
+        end
+    end
+    return {OK, restored}
+elseif op == 'tokens' then  -- {0, tokens now}
+    return {OK, string.format('%.17g', tokens(s, now))}
+elseif op == 'fit' then  -- amount: {0, ns until every rate grants it}, or {1} above a burst
+    local amount = tonumber(ARGV[5])
+    if amount > most(s) then
+        return {EINVAL}
+    end
+    return {OK, fit_at(s, amount, now) - now}
+elseif op == 'set_rate' then  -- index, ns per token, burst: keeps the tokens held now, at most the new burst
+    local r = s.r[tonumber(ARGV[5])]
+    local t, b = tonumber(ARGV[6]), tonumber(ARGV[7])
+    local held = r.b - math.max(0, r.f - now) / r.t  -- below 0 for tokens reserved ahead
+    r.t, r.b, r.k = t, b, math.ceil(b * t)
+    r.f = now + math.ceil((b - math.min(held, b)) * t)
+    stored(s, now, true)
+    return {OK}
+elseif op == 'pause' then  -- ns from now: no grant before then (a later pause only moves it later)
+    local until_ = now + tonumber(ARGV[5])
+    if not s.p or until_ > s.p then
+        s.p = until_
+    end
+    stored(s, now)
+    return {OK, s.p - now}
+end
+return redis.error_reply('aiotb: unknown operation ' .. tostring(op))

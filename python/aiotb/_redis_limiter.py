@@ -1,0 +1,434 @@
+"""The engine of a ``Limiter`` over a ``RedisStore``: this process's queue in front of rates kept
+in Redis, which every client of the key shares.
+
+Order across clients is the order of reservations in Redis: the script reserves each grant behind
+every one reserved before it. Order within a limiter is its queue's, first come first served. A
+limiter holds at most one reservation ahead: its first waiter's. One task of the limiter's loop (the
+server) reserves for the head, sleeps on the loop's timer until the instant the script returned,
+grants it, and reserves for the next. No polling, and no host wakes another. The instant is taken
+as the reply's arrival plus the script's delay, never earlier than the server's own instant.
+
+A host stalled by the scheduler, a GC pause or SIGSTOP wakes with at most that one grant due. Nor
+is it used as it stands: counted at its instant, it would come on top of the grants the other clients
+made meanwhile. A reservation reached more than ``STALE_AFTER`` (5 ms, and a token's time) after its
+instant is stale: its waiter takes the tokens afresh if they are free now, else reserves again
+behind the others (once per waiter, so that an overloaded host does not starve), and the stale
+tokens are lost.
+
+A waiter that leaves before its instant gives the reservation to the next waiter if that one asks
+for no more, else cancels it, in one round trip, by the script's rule: each rate nobody reserved
+from since takes it back. Tokens granted to a task cancelled before it resumes are lost: their
+instant has passed, and the other clients may have counted on it.
+
+When Redis cannot answer, the store's ``on_error`` decides: ``StoreUnavailable`` for the waiter
+(``"raise"``), a grant the quota does not see (``"allow"``), or a grant of the fallback limiter. With
+a fallback, Redis is asked again ``RETRY_AFTER`` seconds after it last failed. Statistics are this
+limiter's."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import datetime
+import time
+from typing import Any, Coroutine, Sequence
+
+from . import _params
+from ._limiter import Limiter
+from ._store import StoreError, StoreUnavailable
+from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisStore, Reserved, definition
+
+STALE_AFTER = 0.005  # s: a reservation reached later than this (and than a token's time) is stale
+RETRY_AFTER = 1.0  # s: with on_error "allow" or a fallback, how long Redis is left alone after it failed
+_FALLBACK = object()  # a waiter's result: take from the fallback limiter
+
+
+class _Waiter:
+    """One task waiting in the limiter's queue."""
+
+    __slots__ = ("future", "amount", "deadline", "enqueued", "expiry", "restarted")
+
+    def __init__(self, future: asyncio.Future[object], amount: float, deadline: float | None, now: float) -> None:
+        self.future = future
+        self.amount = amount
+        self.deadline = deadline  # loop time, None for none
+        self.enqueued = now
+        self.expiry: asyncio.TimerHandle | None = None  # fails it at its deadline while it waits behind others
+        self.restarted = False  # gave up a stale reservation already
+
+
+class _Slot:
+    """The one reservation the limiter holds: for the head waiter, granted at loop time ``at``."""
+
+    __slots__ = ("reserved", "at", "amount")
+
+    def __init__(self, reserved: Reserved, at: float, amount: float) -> None:
+        self.reserved = reserved
+        self.at = at
+        self.amount = amount
+
+
+class RedisLimiter(Limiter):
+    """``Limiter(..., store=RedisStore(redis, key))``: see the module's doc. Made directly, its type
+    shows the methods that talk to Redis as the coroutines they are here: ``await
+    limiter.try_acquire()``, ``has_capacity``, ``read_tokens``, ``set_rate``, ``penalize``,
+    ``retry_after``."""
+
+    __slots__ = ("_store", "_definition", "_queue", "_server", "_loop", "_counts", "_down_until", "_stale_after",
+                 "_pending")
+
+    def __init__(self, max_rate: float | None = None, time_period: float | None = None, *,
+                 burst: float | None = None, initial: float | None = None, fair: bool = True,
+                 rates: Sequence[tuple[float, ...]] | None = None, store: RedisStore | None = None) -> None:
+        if not isinstance(store, RedisStore):
+            raise TypeError(f"store must be a RedisStore, got {store!r}")
+        checked = _params.limiter_rates(max_rate, time_period, burst, initial, rates)
+        for r in checked:
+            _check_refill(r.burst, r.ns_per_token)
+        self._setup(checked, None, _params.flag("fair", fair), smallest_first=False)
+        self._store = store
+        self._definition = definition([r.engine() for r in checked])
+        self._queue: collections.deque[_Waiter] = collections.deque()
+        self._server: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # granted, granted tokens, waits, wait s total, wait s max, cancelled, timeouts
+        self._counts: list[float] = [0, 0.0, 0, 0.0, 0.0, 0, 0]
+        self._down_until = -1.0
+        self._pending: set[asyncio.Task[Any]] = set()  # cancels on their way to Redis
+
+    @property
+    def store(self) -> RedisStore:
+        """Where the rates live."""
+        return self._store
+
+    # ---- the public API, on the rates in Redis ----
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    def acquire(self, amount: float = 1, timeout: float | None = None) -> Coroutine[Any, Any, None]:
+        """Waits for ``amount`` tokens from Redis; with ``timeout``, TimeoutError at once, taking
+        nothing, if they cannot come within it."""
+        Limiter.acquire(self, amount, timeout).close()  # the amount and the timeout, checked by the engine
+        return self._acquire(float(amount), None if timeout is None else float(timeout))
+
+    async def try_acquire(self, amount: float = 1) -> bool:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+        """Takes ``amount`` tokens if every rate has them now (one round trip); False if not, or if
+        others wait in this limiter's queue (fair)."""
+        x = self._amount(amount)
+        self._check_loop()
+        if self._fair and self._queue:
+            return False
+        if self._store_down():
+            return await self._without_store(x, blocking=False)
+        try:
+            reserved = await self._store.reserve(self._definition, x, 0)
+        except StoreError as error:
+            return await self._without_store(x, blocking=False, error=error)
+        if reserved is None:
+            return False
+        self._count_grant(x, None)
+        return True
+
+    async def has_capacity(self, amount: float = 1) -> bool:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+        """Whether ``try_acquire(amount)`` would take the tokens now (one round trip; takes nothing)."""
+        x = self._amount(amount)
+        if self._fair and self._queue:
+            return False
+        return await self._store.fit_delay(self._definition, x) <= 0
+
+    async def read_tokens(self) -> float:
+        """Tokens available now in Redis (the fewest over the rates; 0 while paused)."""
+        return await self._store.tokens(self._definition)
+
+    @property
+    def tokens(self) -> float:
+        """Not here: the tokens live in Redis; ``await limiter.read_tokens()`` reads them."""
+        raise TypeError("the tokens of a limiter over a RedisStore live in Redis: await limiter.read_tokens()")
+
+    @property
+    def waiting(self) -> int:
+        """Waiters of this limiter queued now."""
+        return sum(1 for w in self._queue if not w.future.done())
+
+    async def set_rate(self, max_rate: float, time_period: float | None = None, *,  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+                       burst: float | None = None, index: int = 0) -> None:
+        """Changes rate ``index`` for every client of the key (one round trip), keeping the tokens
+        held now, at most the new burst. Clients that join later must still give the rates the key
+        was created with."""
+        i = _params.index(index, len(self._rates))
+        old = self._rates[i]
+        period = old.time_period if time_period is None else time_period
+        spec = _params.rate("", max_rate, period, old.burst if burst is None else burst)
+        _check_refill(spec.burst, spec.ns_per_token)
+        await self._store.set_rate(self._definition, i, spec.ns_per_token, spec.burst)
+        Limiter._set_rate(self, i, spec.ns_per_token, spec.burst)  # amounts are checked against it
+        self._rates = [*self._rates[:i], spec, *self._rates[i + 1:]]
+
+    async def penalize(self, seconds: float) -> None:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+        """Grants nothing, to any client of the key, for ``seconds`` from the server's now: a
+        server's ``Retry-After`` (one round trip)."""
+        span = _params.pause("seconds", seconds)
+        if span * 1e9 > MAX_PAUSE_NS:
+            raise ValueError(f"seconds must be at most {MAX_PAUSE_NS / 1e9:.0f} over a RedisStore, got {seconds!r}")
+        await self._store.pause(self._definition, round(span * 1e9))
+
+    async def retry_after(self, value: str | bytes | float) -> float:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+        """Grants nothing, to any client of the key, until a server's ``Retry-After`` has passed
+        (see ``Limiter.retry_after``); returns the seconds paused."""
+        span = _params.retry_after(value, datetime.datetime.now(datetime.timezone.utc))
+        await self.penalize(span)
+        return span
+
+    def pause_until(self, when: float) -> None:
+        """Not here: loop times mean nothing to other hosts; ``await limiter.penalize(seconds)``."""
+        raise TypeError("a limiter over a RedisStore pauses by the server's clock: await limiter.penalize(seconds)")
+
+    def acquire_blocking(self, amount: float = 1, timeout: float | None = None) -> None:
+        """Not here: a limiter over a RedisStore waits on its event loop only."""
+        raise TypeError("a limiter over a RedisStore waits on its event loop: await limiter.acquire()")
+
+    def __enter__(self) -> None:
+        raise TypeError("a limiter over a RedisStore waits on its event loop: use `async with limiter:`")
+
+    def reserve(self, amount: float = 1) -> Any:
+        """Not over a RedisStore: ``acquire`` with a ``timeout`` bounds a wait."""
+        raise TypeError("a limiter over a RedisStore has no reservations; use acquire(amount, timeout=...)")
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "
+                f"burst={self.burst!r}, fair={self.fair!r}, store={self._store!r}) waiting={self.waiting} "
+                f"at {id(self):#x}>")
+
+    # ---- waiting ----
+
+    async def _acquire(self, amount: float, timeout: float | None) -> None:
+        loop = self._check_loop()
+        now = loop.time()
+        if timeout is not None and self._queue and not self._store_down():
+            ahead = min(sum(w.amount for w in self._queue if not w.future.done()) + amount, self.burst)
+            try:
+                delay = await self._store.fit_delay(self._definition, ahead)
+            except StoreError as error:
+                await self._without_store(amount, blocking=True, error=error)
+                return
+            if delay > timeout * 1e9:
+                self._counts[6] += 1
+                raise TimeoutError(f"{amount!r} tokens cannot be granted within {timeout!r} s")
+        waiter = _Waiter(loop.create_future(), amount, None if timeout is None else now + timeout, now)
+        if waiter.deadline is not None and self._queue:
+            waiter.expiry = loop.call_at(waiter.deadline, self._expire, waiter)
+        self._queue.append(waiter)
+        if self._server is None:
+            self._server = loop.create_task(self._serve())
+        try:
+            result = await waiter.future
+        except asyncio.CancelledError:
+            if waiter.future.done() and not waiter.future.cancelled():  # granted, never used: lost
+                self._count_lost(amount)
+            else:
+                self._counts[5] += 1
+                if waiter.expiry is not None:
+                    waiter.expiry.cancel()
+            raise
+        if result is _FALLBACK:
+            await self._store.on_error.acquire(amount)  # type: ignore[union-attr]
+
+    def _expire(self, waiter: _Waiter) -> None:
+        """A waiter's deadline passed while it waited behind others."""
+        if not waiter.future.done():
+            self._counts[6] += 1
+            waiter.future.set_exception(TimeoutError(f"{waiter.amount!r} tokens were not granted in time"))
+
+    async def _serve(self) -> None:
+        """Serves the queue's head until the queue is empty: reserve, sleep, grant."""
+        try:
+            slot: _Slot | None = None
+            while self._queue:
+                waiter = self._queue[0]
+                if waiter.future.done():
+                    self._queue.popleft()
+                    if slot is not None:
+                        slot = await self._pass_on(slot)
+                    continue
+                if slot is None:
+                    slot = await self._reserve_for(waiter)
+                    if slot is None:
+                        continue
+                await self._sleep_until(slot.at, waiter.future)
+                if waiter.future.done():
+                    continue  # left before its instant: the slot passes on at the top
+                slot = await self._grant(waiter, slot)
+        finally:
+            self._server = None
+
+    async def _reserve_for(self, waiter: _Waiter) -> _Slot | None:
+        """A reservation for the head waiter; None once it is answered otherwise (granted without
+        Redis, failed, or left)."""
+        loop = asyncio.get_running_loop()
+        if waiter.expiry is not None:
+            waiter.expiry.cancel()  # Redis decides its deadline from here on
+        if self._store_down():
+            self._settle_without_store(waiter, None)
+            return None
+        wait = -1 if waiter.deadline is None else max(0, round((waiter.deadline - loop.time()) * 1e9))
+        try:
+            reserved = await self._store.reserve(self._definition, waiter.amount, wait)
+        except (StoreError, ValueError) as error:
+            self._settle_without_store(waiter, error)
+            return None
+        slot = None if reserved is None else _Slot(reserved, loop.time() + reserved.delay / 1e9, waiter.amount)
+        if waiter.future.done():  # left while the script ran
+            if slot is not None:
+                self._queue.popleft()
+                return await self._pass_on(slot)
+            return None
+        if slot is None:
+            self._queue.popleft()
+            self._counts[6] += 1
+            waiter.future.set_exception(TimeoutError(f"{waiter.amount!r} tokens cannot be granted within the timeout"))
+        return slot
+
+    async def _grant(self, waiter: _Waiter, slot: _Slot) -> _Slot | None:
+        """Grants the head its reservation, or, if it was reached stale, takes afresh or reserves again."""
+        loop = asyncio.get_running_loop()
+        late = loop.time() - slot.at
+        if late > self._stale_after and not waiter.restarted:
+            try:
+                fresh = await self._store.reserve(self._definition, waiter.amount, 0)
+            except (StoreError, ValueError) as error:
+                self._queue.popleft()
+                self._settle_without_store(waiter, error)
+                return None
+            if waiter.future.done():
+                if fresh is not None:
+                    self._queue.popleft()
+                    return await self._pass_on(_Slot(fresh, loop.time(), waiter.amount))
+                return None
+            if fresh is None:
+                waiter.restarted = True
+                return None  # no room now: it reserves again, behind the others
+        self._queue.popleft()
+        self._count_grant(waiter.amount, waiter.enqueued)
+        waiter.future.set_result(None)
+        return None
+
+    async def _pass_on(self, slot: _Slot) -> _Slot | None:
+        """A reservation its waiter left: to the next waiter if it asks for no more and its deadline
+        allows, else cancelled in Redis."""
+        for waiter in self._queue:
+            if waiter.future.done():
+                continue
+            if waiter.amount <= slot.amount and (waiter.deadline is None or slot.at <= waiter.deadline):
+                if waiter.expiry is not None:
+                    waiter.expiry.cancel()
+                return slot
+            break
+        try:
+            await self._store.cancel(self._definition, slot.reserved.record)
+        except StoreError:
+            pass  # the tokens stay taken: stricter, never looser
+        return None
+
+    @staticmethod
+    async def _sleep_until(at: float, leaves: asyncio.Future[object]) -> None:
+        """Sleeps until loop time at, or until the waiter leaves."""
+        loop = asyncio.get_running_loop()
+        if at <= loop.time() or leaves.done():
+            return
+        woken = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        timer = loop.call_at(at, wake)
+        leaves.add_done_callback(wake)
+        try:
+            await woken
+        finally:
+            timer.cancel()
+            leaves.remove_done_callback(wake)
+
+    # ---- when Redis cannot answer ----
+
+    def _store_down(self) -> bool:
+        """Whether Redis failed lately and a fallback (or "allow") stands in for it now."""
+        return self._store.on_error != "raise" and time.monotonic() < self._down_until
+
+    def _settle_without_store(self, waiter: _Waiter, error: Exception | None) -> None:
+        """Answers the head waiter without Redis: the amount's ValueError, StoreUnavailable, or on_error's grant."""
+        self._queue.popleft()
+        if isinstance(error, ValueError) or (error is not None and self._store.on_error == "raise"):
+            self._counts[5] += 1
+            waiter.future.set_exception(error)
+            return
+        if error is not None:
+            self._down_until = time.monotonic() + RETRY_AFTER
+        waiter.future.set_result(None if self._store.on_error == "allow" else _FALLBACK)
+
+    async def _without_store(self, amount: float, *, blocking: bool, error: StoreError | None = None) -> bool:
+        """on_error's answer for a call that Redis did not answer (or is not asked now)."""
+        on_error = self._store.on_error
+        if on_error == "raise":
+            assert error is not None
+            raise error
+        if error is not None:
+            self._down_until = time.monotonic() + RETRY_AFTER
+        if on_error == "allow":
+            return True
+        assert isinstance(on_error, Limiter)
+        if blocking:
+            await on_error.acquire(amount)
+            return True
+        return on_error.try_acquire(amount)
+
+    # ---- bookkeeping ----
+
+    def _check_loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop, the one this limiter serves; RuntimeError on another (its Redis client is bound to one)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None or self._loop.is_closed() and self._server is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise RuntimeError("a limiter over a RedisStore serves the event loop it was first used on")
+        return loop
+
+    def _amount(self, value: object) -> float:
+        """A valid amount, checked as every limiter checks it (by the engine, which takes nothing here)."""
+        Limiter.acquire(self, value, None).close()  # type: ignore[arg-type]
+        return float(value)  # type: ignore[arg-type]
+
+    def _time_precisely(self) -> None:
+        super()._time_precisely()
+        self._stale_after = max(STALE_AFTER, min(r.ns_per_token for r in self._rates) / 1e9)
+
+    def _count_grant(self, amount: float, enqueued: float | None) -> None:
+        counts = self._counts
+        counts[0] += 1
+        counts[1] += amount
+        if enqueued is not None:
+            waited = max(0.0, asyncio.get_running_loop().time() - enqueued)
+            counts[2] += 1
+            counts[3] += waited
+            counts[4] = max(counts[4], waited)
+
+    def _count_lost(self, amount: float) -> None:
+        counts = self._counts
+        counts[0] -= 1
+        counts[1] -= amount
+        counts[5] += 1
+
+    def _stats(self) -> tuple[int, float, int, float, float, int, int]:
+        granted, tokens, waits, total, most, cancelled, timeouts = self._counts
+        return (int(granted), float(tokens), int(waits), float(total), float(most), int(cancelled), int(timeouts))
+
+
+def _check_refill(burst: float, ns_per_token: float) -> None:
+    """ValueError for a rate whose full refill Redis's script cannot keep exact."""
+    if burst * ns_per_token > MAX_REFILL_NS:
+        raise ValueError(f"a rate over a RedisStore refills its burst within {MAX_REFILL_NS / 86400e9:.0f} days, "
+                         f"got burst {burst!r} at {1e9 / ns_per_token:.6g}/s")

@@ -1,0 +1,184 @@
+"""``RedisStore``: a limiter's rates in one Redis hash, shared by every process on every host that
+reaches the server. Each decision is one round trip: a Lua script (``_redis_gcra.lua``, sent by
+EVALSHA and loaded again after ``NOSCRIPT``) that reads the server's clock, decides and records.
+This module knows where the state lives and nothing of event loops; ``_redis_limiter`` waits."""
+
+from __future__ import annotations
+
+import time
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Sequence
+
+from ._store import StoreCorrupt, StoreUnavailable
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from ._limiter import Limiter
+
+try:
+    from redis.exceptions import RedisError, ResponseError
+except ImportError:  # RedisStore() says what to install
+    RedisError = ResponseError = OSError  # type: ignore[assignment,misc]
+
+OnError = Literal["raise", "allow"]
+_UNAVAILABLE = ("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN")  # errors of a server not
+                                                                                         # ready to answer now
+OK, EINVAL, ETOOLATE, EMISMATCH = 0, 1, 3, 5  # the script's statuses
+MAX_REFILL_NS = 1 << 52  # the longest full refill the script keeps exact (52 days)
+MAX_PAUSE_NS = 1 << 51   # the longest pause it keeps exact (26 days)
+_SCRIPT = resources.files("aiotb").joinpath("_redis_gcra.lua").read_text(encoding="utf-8")
+
+
+class Reserved(NamedTuple):
+    """A reservation the script made: its grant ``delay`` ns after the server's now, and what a
+    cancel needs to give it back."""
+
+    delay: int
+    record: bytes
+
+
+class RedisStore:
+    """``Limiter(100, 1, store=RedisStore(redis, "partner-api"))``: one quota for every client of
+    that Redis key that builds its limiter with the same rates.
+
+    ``redis`` is a ``redis.asyncio.Redis`` client (redis-py 5 or later) or a ``redis://`` URL;
+    ``key`` names the quota (the hash lives at ``aiotb:{key}``: one hash slot on a cluster). Time
+    is the server's, so the clients' clocks do not matter. ``on_error`` says what a call does when
+    Redis cannot answer: ``"raise"`` ``StoreUnavailable`` (the default; nothing is granted),
+    ``"allow"`` let it through unlimited (unsafe: the quota is not kept while Redis is away), or
+    a local ``Limiter`` to take from instead, until Redis answers again."""
+
+    __slots__ = ("_redis", "_key", "_on_error", "_script", "_client_clock", "_url")
+
+    def __init__(self, redis: Redis | str, key: str, *, on_error: OnError | Limiter = "raise") -> None:
+        from ._limiter import Limiter
+
+        if not isinstance(key, str) or isinstance(key, bool):
+            raise TypeError(f"key must be a str, got {key!r}")
+        if not key:
+            raise ValueError(f"key must not be empty, got {key!r}")
+        if not (isinstance(on_error, Limiter) or on_error == "raise" or on_error == "allow"):
+            raise ValueError(f"on_error must be 'raise', 'allow' or a Limiter, got {on_error!r}")
+        client = _client(redis)
+        self._redis = client
+        self._url = redis if isinstance(redis, str) else None
+        self._key = key
+        self._on_error: OnError | Limiter = on_error
+        self._script = client.register_script(_SCRIPT)
+        self._client_clock = False  # True: the script takes the client's time even where TIME works (tests)
+
+    @property
+    def redis(self) -> Redis:
+        """The client the store talks through."""
+        return self._redis
+
+    @property
+    def key(self) -> str:
+        """The quota's name."""
+        return self._key
+
+    @property
+    def redis_key(self) -> str:
+        """The Redis key of the hash that holds the rates."""
+        return "aiotb:{" + self._key + "}"
+
+    @property
+    def on_error(self) -> OnError | Limiter:
+        """What a call does when Redis cannot answer."""
+        return self._on_error
+
+    def __repr__(self) -> str:
+        if self._url is not None:
+            return f"RedisStore({self._url!r}, {self._key!r})"
+        where = self._redis.connection_pool.connection_kwargs
+        return f"RedisStore(<Redis {where.get('host', where.get('path'))}:{where.get('port', '')}>, {self._key!r})"
+
+    # ---- the script's operations; definition: the rates as the script's definition string ----
+
+    async def reserve(self, definition: str, amount: float, wait_ns: int) -> Reserved | None:
+        """Reserves amount at the first instant every rate grants it, if that is at most wait_ns
+        from now (wait_ns < 0: whenever); None if it is later. ValueError above a burst."""
+        reply = await self._run(definition, "reserve", repr(float(amount)), str(wait_ns))
+        if reply[0] == ETOOLATE:
+            return None
+        if reply[0] == EINVAL:
+            raise ValueError(f"amount must not exceed the burst of {self!r}'s rates, got {amount!r}")
+        return Reserved(int(reply[1]), reply[2])
+
+    async def cancel(self, definition: str, record: bytes) -> int:
+        """Gives a reservation back to each rate nobody reserved from since; how many rates took it back."""
+        reply = await self._run(definition, "cancel", record)
+        return int(reply[1])
+
+    async def fit_delay(self, definition: str, amount: float) -> int:
+        """ns from now until every rate could grant amount; ValueError above a burst."""
+        reply = await self._run(definition, "fit", repr(float(amount)))
+        if reply[0] == EINVAL:
+            raise ValueError(f"amount must not exceed the burst of {self!r}'s rates, got {amount!r}")
+        return int(reply[1])
+
+    async def tokens(self, definition: str) -> float:
+        """Tokens available now (the fewest over the rates; 0 while paused)."""
+        reply = await self._run(definition, "tokens")
+        return float(reply[1])
+
+    async def set_rate(self, definition: str, index: int, ns_per_token: float, burst: float) -> None:
+        """Changes rate index (from 0) for every client, keeping the tokens held now, at most the new burst."""
+        await self._run(definition, "set_rate", str(index + 1), repr(ns_per_token), repr(burst))
+
+    async def pause(self, definition: str, span_ns: int) -> int:
+        """No grant for span_ns from the server's now (a later pause only moves it later); ns until its end."""
+        reply = await self._run(definition, "pause", str(span_ns))
+        return int(reply[1])
+
+    async def _run(self, definition: str, op: str, *args: Any) -> list[Any]:
+        """One round trip of the script; its failures as StoreUnavailable, StoreCorrupt or ValueError."""
+        try:
+            reply = await self._script(keys=[self.redis_key], args=[
+                op, definition, time.time_ns() // 1000, "1" if self._client_clock else "0", *args])
+        except ResponseError as error:
+            if not str(error).startswith(_UNAVAILABLE):
+                raise StoreCorrupt(f"{self!r}: the key {self.redis_key!r} holds something that is not an aiotb "
+                                   f"limiter's, or the server refused the script ({error})") from error
+            raise StoreUnavailable(f"{self!r} did not answer: nothing was granted from it ({error})") from error
+        except (RedisError, OSError) as error:  # connection lost or refused, timed out, ...
+            raise StoreUnavailable(f"{self!r} did not answer: nothing was granted from it ({error})") from error
+        if not isinstance(reply, list) or not reply or reply[0] not in (OK, EINVAL, ETOOLATE, EMISMATCH):
+            raise StoreCorrupt(f"{self!r}: the script answered {reply!r}")
+        if reply[0] == EMISMATCH:
+            theirs = reply[1].decode() if len(reply) > 1 and isinstance(reply[1], bytes) else None
+            if theirs is None:
+                raise StoreCorrupt(f"{self!r}: the key {self.redis_key!r} is a hash that is not an aiotb limiter's")
+            raise ValueError(f"{self!r} holds a limiter of rates {describe(theirs)}, not {describe(definition)}: "
+                             f"every client must give it the same rates (or delete the key first)")
+        return reply
+
+
+def definition(rates: Sequence[tuple[float, float, float]]) -> str:
+    """The script's definition of rates given as (ns_per_token, burst, initial)."""
+    return ";".join(f"{ns!r},{burst!r},{initial!r}" for ns, burst, initial in rates)
+
+
+def describe(definition: str) -> str:
+    """A definition, in words."""
+    parts = []
+    for rate in definition.split(";"):
+        ns, burst, initial = (float(x) for x in rate.split(","))
+        parts.append(f"{1e9 / ns:.6g}/s burst {burst:.6g} initial {initial:.6g}")
+    return "[" + ", ".join(parts) + "]"
+
+
+def _client(redis: object) -> Redis:
+    """A redis.asyncio client from a client or a URL, or TypeError/RuntimeError."""
+    try:
+        from redis.asyncio import Redis
+    except ImportError as error:
+        raise RuntimeError("RedisStore needs redis-py 5 or later: pip install 'aiotb[redis]'") from error
+    if isinstance(redis, str):
+        if not redis.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"redis must be a redis.asyncio.Redis client or a redis:// URL, got {redis!r}")
+        return Redis.from_url(redis)
+    if not isinstance(redis, Redis):
+        raise TypeError(f"redis must be a redis.asyncio.Redis client or a redis:// URL, got {redis!r}")
+    return redis
