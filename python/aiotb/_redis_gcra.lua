@@ -145,7 +145,7 @@ if not s then
 end
 local now = since_epoch(s, now_us)
 
-if op == 'reserve' then  -- amount, the most ns it may wait (-1: any): {0, delay, record: epoch, F before, after...}
+if op == 'reserve' then  -- amount, most ns to wait (-1: any): {0, delay, record (epoch, F before, after...), at}
     local amount, wait = tonumber(ARGV[5]), tonumber(ARGV[6])
     if amount > most(s) then
         return {EINVAL}
@@ -161,7 +161,7 @@ if op == 'reserve' then  -- amount, the most ns it may wait (-1: any): {0, delay
         record[#record + 1] = int(r.f)
     end
     stored(s, now)
-    return {OK, at - now, table.concat(record, ' ')}
+    return {OK, at - now, table.concat(record, ' '), at}
 elseif op == 'cancel' then  -- a reservation's record: restores the rates nobody took from since
     local restored, record = 0, {}
     for word in string.gmatch(ARGV[5], '%S+') do

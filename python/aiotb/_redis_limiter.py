@@ -118,7 +118,7 @@ class RedisLimiter(Limiter):
     async def try_acquire(self, amount: float = 1) -> bool:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
         """Takes ``amount`` tokens if every rate has them now (one round trip); False if not, or if
         others wait in this limiter's queue (fair)."""
-        x = self._amount(amount)
+        x = self._checked_amount(amount)
         self._check_loop()
         if self._fair and self._queue:
             return False
@@ -130,12 +130,12 @@ class RedisLimiter(Limiter):
             return await self._without_store(x, blocking=False, error=error)
         if reserved is None:
             return False
-        self._count_grant(x, None)
+        self._count_grant(x, None, reserved)
         return True
 
     async def has_capacity(self, amount: float = 1) -> bool:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
         """Whether ``try_acquire(amount)`` would take the tokens now (one round trip; takes nothing)."""
-        x = self._amount(amount)
+        x = self._checked_amount(amount)
         if self._fair and self._queue:
             return False
         return await self._store.fit_delay(self._definition, x) <= 0
@@ -300,7 +300,6 @@ class RedisLimiter(Limiter):
             try:
                 fresh = await self._store.reserve(self._definition, waiter.amount, 0)
             except (StoreError, ValueError) as error:
-                self._queue.popleft()
                 self._settle_without_store(waiter, error)
                 return None
             if waiter.future.done():
@@ -311,8 +310,9 @@ class RedisLimiter(Limiter):
             if fresh is None:
                 waiter.restarted = True
                 return None  # no room now: it reserves again, behind the others
+            slot = _Slot(fresh, loop.time(), waiter.amount)
         self._queue.popleft()
-        self._count_grant(waiter.amount, waiter.enqueued)
+        self._count_grant(waiter.amount, waiter.enqueued, slot.reserved)
         waiter.future.set_result(None)
         return None
 
@@ -397,7 +397,7 @@ class RedisLimiter(Limiter):
             raise RuntimeError("a limiter over a RedisStore serves the event loop it was first used on")
         return loop
 
-    def _amount(self, value: object) -> float:
+    def _checked_amount(self, value: object) -> float:
         """A valid amount, checked as every limiter checks it (by the engine, which takes nothing here)."""
         Limiter.acquire(self, value, None).close()  # type: ignore[arg-type]
         return float(value)  # type: ignore[arg-type]
@@ -406,7 +406,8 @@ class RedisLimiter(Limiter):
         super()._time_precisely()
         self._stale_after = max(STALE_AFTER, min(r.ns_per_token for r in self._rates) / 1e9)
 
-    def _count_grant(self, amount: float, enqueued: float | None) -> None:
+    def _count_grant(self, amount: float, enqueued: float | None, reserved: Reserved) -> None:
+        """Counts a grant of reserved, at once (enqueued None) or after a wait."""
         counts = self._counts
         counts[0] += 1
         counts[1] += amount
@@ -417,6 +418,7 @@ class RedisLimiter(Limiter):
             counts[4] = max(counts[4], waited)
 
     def _count_lost(self, amount: float) -> None:
+        """Uncounts a grant its task never used."""
         counts = self._counts
         counts[0] -= 1
         counts[1] -= amount

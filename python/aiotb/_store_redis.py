@@ -31,11 +31,12 @@ _SCRIPT = resources.files("aiotb").joinpath("_redis_gcra.lua").read_text(encodin
 
 
 class Reserved(NamedTuple):
-    """A reservation the script made: its grant ``delay`` ns after the server's now, and what a
-    cancel needs to give it back."""
+    """A reservation the script made: its grant ``delay`` ns after the server's now, what a cancel
+    needs to give it back, and its instant on the server's clock (ns since the Unix epoch)."""
 
     delay: int
     record: bytes
+    at: int
 
 
 class RedisStore:
@@ -104,7 +105,8 @@ class RedisStore:
             return None
         if reply[0] == EINVAL:
             raise ValueError(f"amount must not exceed the burst of {self!r}'s rates, got {amount!r}")
-        return Reserved(int(reply[1]), reply[2])
+        record = reply[2]
+        return Reserved(int(reply[1]), record, int(record.split()[0]) * 1000 + int(reply[3]))
 
     async def cancel(self, definition: str, record: bytes) -> int:
         """Gives a reservation back to each rate nobody reserved from since; how many rates took it back."""

@@ -1,0 +1,343 @@
+"""``Limiter(..., store=RedisStore(...))`` against a real redis-server (the session's, emptied before
+each test), on real loops: the API, order, timeouts, cancellation, and one bound over several
+processes, checked on the server's instants of the grants (exact) and at the instants the tasks
+resumed. The script's arithmetic against the twin's is tests/test_redis_parity.py; faults are
+tests/test_redis_faults.py."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import time
+from types import SimpleNamespace
+from typing import Any, Awaitable, Callable, TypeVar
+
+import aiotb
+import pytest
+import redis.asyncio
+from redis_workers import take_for
+
+T = TypeVar("T")
+Run = Callable[[Awaitable[T]], T]
+SPAWN = multiprocessing.get_context("spawn")
+JOIN = 60.0  # s: the longest a worker may take
+KEY = "test-quota"
+
+
+def excess(instants: list[int], ns_per_token: float, burst: float) -> float:
+    """The most tokens by which any interval of the grants (one token each, int ns) exceeds burst + rate * t;
+    computed on instants after the first, as a float of ns since 1970 is only good to 256 ns."""
+    f, worst, first = -float("inf"), -float("inf"), min(instants)
+    for t in sorted(t - first for t in instants):
+        f = max(f, t) + ns_per_token
+        worst = max(worst, (f - t) / ns_per_token - burst)
+    return worst
+
+
+def limiter_on(lib: SimpleNamespace, url: str, *args: Any, key: str = KEY, **kwargs: Any) -> Any:
+    """A Limiter of lib (an engine's namespace, or the aiotb package) over a RedisStore of url."""
+    package = getattr(lib, "package", lib)
+    return package.Limiter(*args, store=package.RedisStore(url, key), **kwargs)
+
+
+async def closed(limiter: Any, result: T) -> T:
+    """result, once the limiter's client is closed (so the loop ends with no open connection)."""
+    await limiter.store.redis.aclose()
+    return result
+
+
+# ---- the API ----
+
+def test_a_limiter_over_redis_is_a_redis_limiter(lib: SimpleNamespace, redis_url: str) -> None:
+    limiter = limiter_on(lib, redis_url, 10, 1)
+    assert isinstance(limiter, lib.package.RedisLimiter) and isinstance(limiter, lib.Limiter)
+    assert limiter.store.redis_key == "aiotb:{test-quota}"
+    assert (limiter.max_rate, limiter.time_period, limiter.burst) == (10, 1, 10)
+
+
+@pytest.mark.parametrize("subclass", ["AsyncLimiter", "WindowLimiter"])
+def test_only_limiter_takes_a_redis_store(lib: SimpleNamespace, redis_url: str, subclass: str) -> None:
+    with pytest.raises(TypeError, match="Limiter itself"):
+        getattr(lib, subclass)(10, 1, store=lib.package.RedisStore(redis_url, KEY))
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"redis": 3, "key": "k"}, TypeError, "redis must be"),
+    ({"redis": "http://x", "key": "k"}, ValueError, "redis must be"),
+    ({"key": b"k"}, TypeError, "key must be a str"),
+    ({"key": ""}, ValueError, "key must not be empty"),
+    ({"key": "k", "on_error": "ignore"}, ValueError, "on_error must be"),
+])
+def test_bad_store_parameters_are_refused(lib: SimpleNamespace, redis_url: str, kwargs: dict[str, Any],
+                                          error: type[Exception], match: str) -> None:
+    given = dict(kwargs)
+    with pytest.raises(error, match=match):
+        lib.package.RedisStore(given.pop("redis", redis_url), **given)
+
+
+def test_a_refill_longer_than_the_script_keeps_exact_is_refused(lib: SimpleNamespace, redis_url: str) -> None:
+    with pytest.raises(ValueError, match="refills its burst within 52 days"):
+        limiter_on(lib, redis_url, 1, 86400 * 60)
+
+
+def test_clients_must_agree_on_the_rates(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        first = limiter_on(aiotb, redis_url, 10, 1, burst=2)
+        await first.acquire()
+        other = limiter_on(aiotb, redis_url, 20, 1, burst=2)
+        with pytest.raises(ValueError, match=r"holds a limiter of rates \[10/s burst 2 .*not \[20/s burst 2"):
+            await other.acquire()
+        assert other.stats().granted == 0
+        await other.store.redis.aclose()
+        await closed(first, None)
+
+    run(main())
+
+
+def test_sync_calls_that_need_redis_say_what_to_await(redis_url: str) -> None:
+    limiter = limiter_on(aiotb, redis_url, 10, 1)
+    with pytest.raises(TypeError, match="read_tokens"):
+        limiter.tokens
+    with pytest.raises(TypeError, match="penalize"):
+        limiter.pause_until(1.0)
+    with pytest.raises(TypeError, match="async with"):
+        with limiter:
+            pass
+    with pytest.raises(TypeError, match="await limiter.acquire"):
+        limiter.acquire_blocking()
+
+
+@pytest.mark.parametrize("amount, error", [(0, ValueError), (-1, ValueError), (float("nan"), ValueError),
+                                           ("1", TypeError), (11, ValueError)])
+def test_a_bad_amount_is_refused_taking_nothing(lib: SimpleNamespace, run: Run[None], redis_url: str,
+                                                amount: Any, error: type[Exception]) -> None:
+    async def main() -> None:
+        limiter = limiter_on(lib, redis_url, 10, 1)
+        await limiter.acquire(3)
+        before = await limiter.read_tokens()
+        with pytest.raises(error, match="amount"):
+            await limiter.acquire(amount)
+        with pytest.raises(error, match="amount"):
+            await limiter.try_acquire(amount)
+        assert await limiter.read_tokens() >= before  # nothing taken: only refill since
+        await closed(limiter, None)
+
+    run(main())
+
+
+def test_tokens_are_shared_by_clients_of_one_key(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        a = limiter_on(aiotb, redis_url, 1, 3600, burst=5)  # no refill to speak of within the test
+        b = limiter_on(aiotb, redis_url, 1, 3600, burst=5)
+        assert await a.try_acquire(3)
+        assert 1.99 < await b.read_tokens() <= 2.01
+        assert not await b.try_acquire(3)
+        assert await b.try_acquire(2)
+        assert not await a.has_capacity(1)
+        assert a.stats().granted == 1 and b.stats().granted == 1
+        await b.store.redis.aclose()
+        await closed(a, None)
+
+    run(main())
+
+
+def test_waiters_are_granted_at_the_rate_in_order(run: Run[None], redis_url: str) -> None:
+    rate, burst, n = 100, 2, 20
+
+    async def main() -> None:
+        limiter = limiter_on(aiotb, redis_url, rate, 1, burst=burst)
+        order: list[int] = []
+        used: list[int] = []
+
+        async def take(i: int) -> None:
+            async with limiter:
+                order.append(i)
+                used.append(time.monotonic_ns())
+
+        tasks = []
+        for i in range(n):
+            tasks.append(asyncio.ensure_future(take(i)))
+            await asyncio.sleep(0)  # queued in the order of i
+        await asyncio.gather(*tasks)
+        assert order == list(range(n))
+        assert excess(used, 1e9 / rate, burst) < 1  # at use instants: within one token of the bound
+        span = (used[-1] - used[0]) / 1e9
+        assert span >= (n - burst) / rate * 0.99  # paced, not all at once
+        stats = limiter.stats()
+        assert stats.granted == n and stats.waits == n and stats.waiting == 0
+        await closed(limiter, None)
+
+    run(main())
+
+
+def test_a_timeout_that_cannot_be_met_fails_at_once_taking_nothing(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        limiter = limiter_on(aiotb, redis_url, 10, 1, burst=5)
+        await limiter.acquire(5)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await limiter.acquire(5, timeout=0.2)  # needs 0.5 s
+        assert time.monotonic() - started < 0.1
+        assert await limiter.read_tokens() < 1  # the 5 were not taken from a refill of under one token
+        await limiter.acquire(1, timeout=0.2)  # one token comes within 0.1 s
+        assert limiter.stats().timeouts == 1
+        await closed(limiter, None)
+
+    run(main())
+
+
+def test_a_waiter_behind_others_fails_at_once_when_its_timeout_cannot_be_met(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        limiter = limiter_on(aiotb, redis_url, 10, 1, burst=2)
+        await limiter.acquire(2)
+        first = asyncio.ensure_future(limiter.acquire(2))  # due in 0.2 s
+        await asyncio.sleep(0.01)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await limiter.acquire(1, timeout=0.1)  # behind 2 tokens: 0.3 s at best
+        assert time.monotonic() - started < 0.08
+        await first
+        await closed(limiter, None)
+
+    run(main())
+
+
+def test_a_cancelled_waiter_gives_its_reservation_back(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        limiter = limiter_on(aiotb, redis_url, 1, 3600, burst=2)  # no refill to speak of within the test
+        await limiter.acquire(2)
+        waiter = asyncio.ensure_future(limiter.acquire(1))  # due in an hour
+        await asyncio.sleep(0.05)  # its reservation made
+        other = limiter_on(aiotb, redis_url, 1, 3600, burst=2)
+        assert not await other.has_capacity(1)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        for _ in range(100):  # the cancel reaches Redis from the limiter's task
+            if not limiter._server:
+                break
+            await asyncio.sleep(0.01)
+        # reserved and given back (nobody reserved after it): the next token comes in an hour, not two
+        assert await other.store.fit_delay(other._definition, 1) == pytest.approx(3600e9, abs=1e9)
+        assert limiter.stats().cancelled == 1 and limiter.stats().waiting == 0
+        await other.store.redis.aclose()
+        await closed(limiter, None)
+
+    run(main())
+
+
+def test_penalize_and_set_rate_reach_every_client(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        a = limiter_on(aiotb, redis_url, 1000, 1, burst=10)
+        b = limiter_on(aiotb, redis_url, 1000, 1, burst=10)
+        assert await a.try_acquire()
+        await a.penalize(0.3)
+        assert not await b.try_acquire()
+        assert await b.read_tokens() == 0
+        started = time.monotonic()
+        await b.acquire()
+        assert time.monotonic() - started >= 0.25  # the server's 0.3 s, less a round trip
+        assert await a.retry_after("0.2") == 0.2
+        assert not await b.try_acquire()
+        await asyncio.sleep(0.25)
+        await a.set_rate(1, 3600, burst=3)  # from now: 3 tokens, no refill to speak of
+        assert b.rates[0][0] == 1000  # b's own parameters are its own; the key's rates rule
+        assert await b.try_acquire(3)
+        assert not await b.try_acquire(1)
+        await b.store.redis.aclose()
+        await closed(a, None)
+
+    run(main())
+
+
+def test_a_client_clock_off_by_seconds_changes_nothing(run: Run[None], redis_url: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    async def main() -> None:
+        limiter = limiter_on(aiotb, redis_url, 1, 3600, burst=2)
+        assert await limiter.try_acquire()
+        real = time.time_ns
+        for offset in (5_000_000_000, -5_000_000_000):
+            monkeypatch.setattr("aiotb._store_redis.time.time_ns", lambda offset=offset: real() + offset)
+            assert await limiter.read_tokens() == pytest.approx(1, abs=1e-3)
+        assert await limiter.try_acquire()
+        assert not await limiter.try_acquire()
+        await closed(limiter, None)
+
+    run(main())
+
+
+def test_a_decorated_function_takes_from_redis(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        limiter = limiter_on(aiotb, redis_url, 1, 3600, burst=3)
+
+        @limiter.limit(2)
+        async def call(x: int) -> int:
+            return x * 2
+
+        assert await call(21) == 42
+        assert await limiter.read_tokens() == pytest.approx(1, abs=1e-3)
+        await closed(limiter, None)
+
+    run(main())
+
+
+def test_a_second_loop_is_refused(redis_url: str) -> None:
+    limiter = limiter_on(aiotb, redis_url, 10, 1)
+
+    async def use() -> None:
+        await limiter.acquire()
+
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(use())
+    loop.run_until_complete(task)
+    with pytest.raises(RuntimeError, match="event loop it was first used on"):
+        asyncio.run(use())
+    loop.run_until_complete(limiter.store.redis.aclose())
+    loop.close()
+
+
+# ---- one bound over processes ----
+
+def run_workers(args_of: list[tuple[Any, ...]], during: Any = None) -> list[tuple[list[int], list[int]]]:
+    """Runs take_for(*args, ready, results) in spawned processes, which start together once all are ready;
+    during(processes) runs meanwhile, from that start."""
+    results, ready = SPAWN.Queue(), SPAWN.Barrier(len(args_of) + 1)
+    processes = [SPAWN.Process(target=take_for, args=(*args, ready, results)) for args in args_of]
+    for p in processes:
+        p.start()
+    ready.wait(JOIN)
+    if during is not None:
+        during(processes)
+    out = [results.get(timeout=JOIN) for _ in processes]
+    for p in processes:
+        p.join(JOIN)
+        assert p.exitcode == 0
+    return out
+
+
+def test_processes_share_one_bound(redis_url: str) -> None:
+    rate, burst, n = 300, 5, 3
+    logs = run_workers([(redis_url, KEY, (rate, 1), {"burst": burst}, 5, 1_000_000_000)] * n)
+    counted = [t for c, _ in logs for t in c]
+    used = [t for _, u in logs for t in u]
+    assert all(len(c) > 0 for c, _ in logs)  # every process was granted
+    assert excess(counted, 1e9 / rate, burst) <= 1e-6  # exact, on the server's instants
+    assert excess(used, 1e9 / rate, burst) <= n + 1e-6  # when used: one reservation per process late at most
+    expected = burst + rate * (max(counted) - min(counted)) / 1e9
+    assert 0.8 * expected <= len(counted) <= expected + 1e-6
+
+
+def test_a_stopped_process_releases_no_backlog(redis_url: str) -> None:
+    rate, burst, n = 200, 2, 3
+
+    def stop_one(processes: list[Any]) -> None:
+        time.sleep(0.4)
+        os.kill(processes[0].pid, signal.SIGSTOP)
+        time.sleep(0.15)
+        os.kill(processes[0].pid, signal.SIGCONT)
+
+    logs = run_workers([(redis_url, KEY, (rate, 1), {"burst": burst}, 10, 1_200_000_000)] * n, during=stop_one)
+    assert excess([t for c, _ in logs for t in c], 1e9 / rate, burst) <= 1e-6
+    assert excess([t for _, u in logs for t in u], 1e9 / rate, burst) <= n + 1e-6
