@@ -341,3 +341,27 @@ def test_a_stopped_process_releases_no_backlog(redis_url: str) -> None:
     logs = run_workers([(redis_url, KEY, (rate, 1), {"burst": burst}, 10, 1_200_000_000)] * n, during=stop_one)
     assert excess([t for c, _ in logs for t in c], 1e9 / rate, burst) <= 1e-6
     assert excess([t for _, u in logs for t in u], 1e9 / rate, burst) <= n + 1e-6
+
+
+# ---- one limit per key ----
+
+def test_a_keyed_limiter_keeps_one_hash_per_key(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        keyed = aiotb.KeyedLimiter(2, 1, store=aiotb.RedisStore(redis_url, "per-user"))
+        other_host = aiotb.KeyedLimiter(2, 1, store=aiotb.RedisStore(redis_url, "per-user"))
+        alice = keyed["alice"]
+        assert isinstance(alice, aiotb.RedisLimiter)
+        assert alice.store.redis_key == "aiotb:{per-user:alice}"
+        assert await alice.try_acquire(2)
+        assert not await other_host["alice"].try_acquire(1)  # the same hash, from another client
+        assert await other_host["bob"].try_acquire(2)  # another key, another hash
+        await keyed.acquire(7, 1)  # int keys too
+        client = alice.store.redis
+        ttl = await client.pttl("aiotb:{per-user:alice}")
+        assert 0 < ttl <= 1000  # it expires once the bucket is full again: 2 tokens at 2/s
+        with pytest.raises(TypeError, match="str or int keys"):
+            keyed[(1, 2)]
+        await other_host["alice"].store.redis.aclose()
+        await client.aclose()
+
+    run(main())

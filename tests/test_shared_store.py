@@ -414,7 +414,7 @@ def test_try_acquire_on_a_virtual_clock_is_refused(name: str) -> None:
 
 
 def test_keys_cannot_share_one_store(name: str) -> None:
-    with pytest.raises(TypeError, match="KeyedLimiter takes no store"):
+    with pytest.raises(TypeError, match="KeyedLimiter takes no SharedMemoryStore"):
         aiotb.KeyedLimiter(5, 1, store=SharedMemoryStore(name))
 
 

@@ -16,7 +16,9 @@ SWEEP_PER_ACCESS = 2  # limiters looked at on each access: eviction keeps pace w
 class KeyedLimiter:
     """``async with keyed[user_id]: ...`` or ``await keyed.acquire(user_id, amount)``.
 
-    Every key gets its own ``Limiter(max_rate, time_period, **options)``, made on first use.
+    Every key gets its own ``Limiter(max_rate, time_period, **options)``, made on first use; with
+    ``store=RedisStore(redis, name)``, over the hash of ``name:key`` (keys are str or int), which
+    expires in Redis once its bucket is full again.
     A key's limiter that is as good as new (full, nobody waiting) is held only weakly from then
     on: while someone still holds it, the same limiter serves the key; once nobody does, it is
     gone, and a new one (the same as it) is made on the next use. Memory follows the keys in use,
@@ -25,8 +27,13 @@ class KeyedLimiter:
     limiter_class: type[Limiter] = Limiter
 
     def __init__(self, max_rate: float, time_period: float = 60, **options: Any) -> None:
-        if options.get("store") is not None:
-            raise TypeError("KeyedLimiter takes no store: every key's limiter would share the one store's rates")
+        from ._store_redis import RedisStore
+
+        store = options.get("store")
+        if store is not None and not isinstance(store, RedisStore):
+            raise TypeError("KeyedLimiter takes no SharedMemoryStore: every key's limiter would share its one set "
+                            "of rates; a RedisStore keeps one hash per key")
+        self._store = store
         self._prototype = self.limiter_class(max_rate, time_period, **options)  # checks the options once
         self._args = (max_rate, time_period)
         self._options = options
@@ -41,7 +48,9 @@ class KeyedLimiter:
             held = limiters.get(key)
             limiter: Limiter | None = held() if isinstance(held, weakref.ref) else held
             if limiter is None:
-                limiter = self.limiter_class(*self._args, **self._options)
+                options = self._options if self._store is None else {**self._options,
+                                                                     "store": self._store._for_key(key)}
+                limiter = self.limiter_class(*self._args, **options)
             limiters[key] = limiter  # held strongly again while in use
             self._sweep(key)
             return limiter

@@ -74,8 +74,7 @@ class RedisLimiter(Limiter):
     limiter.try_acquire()``, ``has_capacity``, ``read_tokens``, ``set_rate``, ``penalize``,
     ``retry_after``."""
 
-    __slots__ = ("_store", "_definition", "_queue", "_server", "_loop", "_counts", "_down_until", "_stale_after",
-                 "_pending")
+    __slots__ = ("_store", "_definition", "_queue", "_server", "_loop", "_counts", "_down_until", "_stale_after")
 
     def __init__(self, max_rate: float | None = None, time_period: float | None = None, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
@@ -94,7 +93,6 @@ class RedisLimiter(Limiter):
         # granted, granted tokens, waits, wait s total, wait s max, cancelled, timeouts
         self._counts: list[float] = [0, 0.0, 0, 0.0, 0.0, 0, 0]
         self._down_until = -1.0
-        self._pending: set[asyncio.Task[Any]] = set()  # cancels on their way to Redis
 
     @property
     def store(self) -> RedisStore:
@@ -262,6 +260,16 @@ class RedisLimiter(Limiter):
                 if waiter.future.done():
                     continue  # left before its instant: the slot passes on at the top
                 slot = await self._grant(waiter, slot)
+        except BaseException as error:  # its loop closing, or a reply it did not expect: nobody waits forever
+            for waiter in self._queue:
+                if not waiter.future.done():
+                    if isinstance(error, asyncio.CancelledError):
+                        waiter.future.cancel()
+                    else:
+                        waiter.future.set_exception(error)
+            self._queue.clear()
+            if not isinstance(error, Exception):
+                raise  # cancelled, or KeyboardInterrupt: not for the waiters to carry
         finally:
             self._server = None
 
@@ -329,7 +337,7 @@ class RedisLimiter(Limiter):
             break
         try:
             await self._store.cancel(self._definition, slot.reserved.record)
-        except StoreError:
+        except (StoreError, ValueError):
             pass  # the tokens stay taken: stricter, never looser
         return None
 
@@ -401,6 +409,10 @@ class RedisLimiter(Limiter):
         """A valid amount, checked as every limiter checks it (by the engine, which takes nothing here)."""
         Limiter.acquire(self, value, None).close()  # type: ignore[arg-type]
         return float(value)  # type: ignore[arg-type]
+
+    def _as_good_as_new(self) -> bool:
+        """Whether it holds nothing of its own (the rates are in Redis): nobody waits, nothing is on its way."""
+        return not self._queue and self._server is None
 
     def _time_precisely(self) -> None:
         super()._time_precisely()

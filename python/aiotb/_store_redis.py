@@ -89,6 +89,16 @@ class RedisStore:
         """What a call does when Redis cannot answer."""
         return self._on_error
 
+    def _for_key(self, key: object) -> RedisStore:
+        """The store of one key of a KeyedLimiter: ``<this key>:<key>``, on the same client."""
+        if isinstance(key, bool) or not isinstance(key, (str, int)):
+            raise TypeError(f"a KeyedLimiter over a RedisStore takes str or int keys, got {key!r}")
+        child = object.__new__(RedisStore)
+        child._redis, child._url, child._on_error = self._redis, self._url, self._on_error
+        child._script, child._client_clock = self._script, self._client_clock
+        child._key = f"{self._key}:{key}"
+        return child
+
     def __repr__(self) -> str:
         if self._url is not None:
             return f"RedisStore({self._url!r}, {self._key!r})"
