@@ -24,7 +24,7 @@ except ImportError:  # RedisStore() says what to install
 OnError = Literal["raise", "allow"]
 _UNAVAILABLE = ("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN")  # errors of a server not
                                                                                          # ready to answer now
-OK, EINVAL, ETOOLATE, EMISMATCH = 0, 1, 3, 5  # the script's statuses
+_STATUSES = (b"0", b"1", b"3", b"5")  # the script's: ok, above a burst, not within the wait, another definition
 MAX_REFILL_NS = 1 << 52  # the longest full refill the script keeps exact (52 days)
 MAX_PAUSE_NS = 1 << 51   # the longest pause it keeps exact (26 days)
 _SCRIPT = resources.files("aiotb").joinpath("_redis_gcra.lua").read_text(encoding="utf-8")
@@ -110,30 +110,28 @@ class RedisStore:
     async def reserve(self, definition: str, amount: float, wait_ns: int) -> Reserved | None:
         """Reserves amount at the first instant every rate grants it, if that is at most wait_ns
         from now (wait_ns < 0: whenever); None if it is later. ValueError above a burst."""
-        reply = await self._run(definition, "reserve", repr(float(amount)), str(wait_ns))
-        if reply[0] == ETOOLATE:
+        words = await self._run(definition, "reserve", repr(float(amount)), str(wait_ns))
+        status = words[0]
+        if status == b"0":
+            return Reserved(int(words[1]), b" ".join(words[3:]), int(words[3]) * 1000 + int(words[2]))
+        if status == b"3":
             return None
-        if reply[0] == EINVAL:
-            raise ValueError(f"amount must not exceed the burst of {self!r}'s rates, got {amount!r}")
-        record = reply[2]
-        return Reserved(int(reply[1]), record, int(record.split()[0]) * 1000 + int(reply[3]))
+        raise ValueError(f"amount must not exceed the burst of {self!r}'s rates, got {amount!r}")
 
     async def cancel(self, definition: str, record: bytes) -> int:
         """Gives a reservation back to each rate nobody reserved from since; how many rates took it back."""
-        reply = await self._run(definition, "cancel", record)
-        return int(reply[1])
+        return int((await self._run(definition, "cancel", record))[1])
 
     async def fit_delay(self, definition: str, amount: float) -> int:
         """ns from now until every rate could grant amount; ValueError above a burst."""
-        reply = await self._run(definition, "fit", repr(float(amount)))
-        if reply[0] == EINVAL:
+        words = await self._run(definition, "fit", repr(float(amount)))
+        if words[0] == b"1":
             raise ValueError(f"amount must not exceed the burst of {self!r}'s rates, got {amount!r}")
-        return int(reply[1])
+        return int(words[1])
 
     async def tokens(self, definition: str) -> float:
         """Tokens available now (the fewest over the rates; 0 while paused)."""
-        reply = await self._run(definition, "tokens")
-        return float(reply[1])
+        return float((await self._run(definition, "tokens"))[1])
 
     async def set_rate(self, definition: str, index: int, ns_per_token: float, burst: float) -> None:
         """Changes rate index (from 0) for every client, keeping the tokens held now, at most the new burst."""
@@ -141,11 +139,11 @@ class RedisStore:
 
     async def pause(self, definition: str, span_ns: int) -> int:
         """No grant for span_ns from the server's now (a later pause only moves it later); ns until its end."""
-        reply = await self._run(definition, "pause", str(span_ns))
-        return int(reply[1])
+        return int((await self._run(definition, "pause", str(span_ns)))[1])
 
-    async def _run(self, definition: str, op: str, *args: Any) -> list[Any]:
-        """One round trip of the script; its failures as StoreUnavailable, StoreCorrupt or ValueError."""
+    async def _run(self, definition: str, op: str, *args: Any) -> list[bytes]:
+        """One round trip of the script: the words of its reply, status first (0, 1 or 3); its
+        failures as StoreUnavailable, StoreCorrupt or ValueError."""
         try:
             reply = await self._script(keys=[self.redis_key], args=[
                 op, definition, time.time_ns() // 1000, "1" if self._client_clock else "0", *args])
@@ -156,15 +154,18 @@ class RedisStore:
             raise StoreUnavailable(f"{self!r} did not answer: nothing was granted from it ({error})") from error
         except (RedisError, OSError) as error:  # connection lost or refused, timed out, ...
             raise StoreUnavailable(f"{self!r} did not answer: nothing was granted from it ({error})") from error
-        if not isinstance(reply, list) or not reply or reply[0] not in (OK, EINVAL, ETOOLATE, EMISMATCH):
+        if isinstance(reply, str):  # a client made with decode_responses=True
+            reply = reply.encode()
+        words = reply.split() if isinstance(reply, bytes) else []
+        if not words or words[0] not in _STATUSES:
             raise StoreCorrupt(f"{self!r}: the script answered {reply!r}")
-        if reply[0] == EMISMATCH:
-            theirs = reply[1].decode() if len(reply) > 1 and isinstance(reply[1], bytes) else None
-            if theirs is None:
+        if words[0] == b"5":
+            if len(words) < 2:
                 raise StoreCorrupt(f"{self!r}: the key {self.redis_key!r} is a hash that is not an aiotb limiter's")
+            theirs = words[1].decode()
             raise ValueError(f"{self!r} holds a limiter of rates {describe(theirs)}, not {describe(definition)}: "
                              f"every client must give it the same rates (or delete the key first)")
-        return reply
+        return words
 
 
 def definition(rates: Sequence[tuple[float, float, float]]) -> str:
