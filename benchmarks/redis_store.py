@@ -1,0 +1,627 @@
+"""One quota in Redis: python benchmarks/redis_store.py [--quick] [--out DIR].
+
+Starts its own redis-server on a free port of 127.0.0.1 (tests/redis_server.py: no persistence) and
+measures, against that server and with one client library (redis-py's redis.asyncio):
+
+  1. round trips per second on one connection, sequential awaits, alternating runs (the order
+     rotates each run), medians: a bare INCR; aiotb's ``await limiter.acquire()`` and ``await
+     limiter.try_acquire()`` on ``Limiter(1e6, 1, burst=1e6, store=RedisStore(client, key))``,
+     whose rate never binds, and the store call they make (``store.reserve``); pyrate-limiter's two
+     Redis buckets; limits' async Redis storage with its moving and fixed windows, each ``hit()``.
+     Two reference scripts show what any one-EVALSHA limiter pays on this client: one that returns 1
+     and one that returns aiotb's reply to a reserve as a constant, both sent aiotb's arguments. For information,
+     limits on coredis, its default client;
+  2. 4 spawned processes x 50 tasks looping ``async with limiter:`` on one key at 1,000/s (burst
+     10), started together at one CLOCK_MONOTONIC instant (redis_store_workers.py holds what they
+     run); then the same with each process's clock (as the store reads it) 5 s off, two ahead and
+     two behind. Each grant is logged at the server's instant the script returned (ns since 1970 on
+     the server's clock) and at its use instant (``time.monotonic_ns()`` as its task resumes); the
+     store logs every reservation the script made;
+  3. the same 4 processes, one of them stopped with SIGSTOP for 150 ms every 2 s, in turn.
+
+What a merged log says: the grants; the achieved rate, (grants - burst) over the first to the last
+instant; the most grants in any 1 s window [t, t + 1 s) against the bound burst + rate * 1 s, and how
+many windows (one starting at each grant) exceed it; and the largest GCRA excess, by virtual
+scheduling in integer ns over the sorted instants (f = max(f, t) + T, T the script's ns per token;
+excess = (f - t) / T - burst tokens), above 0 when the instants are closer than the bucket allows.
+Order: within a process, a grant's request number (taken as its task asks) against the one before
+it; across processes, the script's records (each reservation's F before and after) must form one
+chain, F before = the previous F after (or a hash made anew, full, after the old one expired full),
+and the server's instants must increase strictly along it.
+Wake lateness: a use instant minus the local instant the limiter set its timer for. Writes
+redis/RESULTS.md and redis/raw.json beside this file (--out to write elsewhere) and prints the same
+tables."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import secrets
+import signal
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+HERE = Path(__file__).resolve().parent
+TESTS = HERE.parent / "tests"
+PROCESSES = 4
+TASKS = 50
+RATE, BURST = 1_000.0, 10.0
+WINDOW_NS = 1_000_000_000
+STEADY_AFTER_NS = 1_000_000_000  # lateness counts from 1 s after the start
+OFFSET_NS = 5_000_000_000  # the clocks of the second run of case 2: +5 s, -5 s, +5 s, -5 s
+STOP_NS, STOP_EVERY_NS = 150_000_000, 2_000_000_000
+STALE_NS = 5_000_000  # the limiter's rule: a reservation reached this late (and a token's time) is stale
+READY_TIMEOUT = 120.0  # s for every worker to start, connect and say ready
+RESULT_SLACK = 60.0  # s a worker may take beyond its run to send its result
+START_LEAD_NS = 300_000_000  # the start instant, this long after the last worker is ready
+
+TARGET_VS_INCR = 0.90
+TARGET_VS_PYRATE = 3.0
+TARGET_VS_LIMITS = 1.0
+TARGET_EXACT = 1e-6  # tokens of GCRA excess at the server's instants (the script's instants are exact ns)
+TARGET_SLACK_MS = 2.0  # steady p99 wake lateness <= one round trip + this
+
+PROFILES = {
+    "full": {"rt_runs": 9, "rt_calls": 4_000, "shared_s": 30, "stopped_s": 20},
+    "quick": {"rt_runs": 5, "rt_calls": 1_000, "shared_s": 5, "stopped_s": 6},
+}
+
+
+# ---- the server and the processes ----
+
+@contextmanager
+def redis_server() -> Iterator[Any]:
+    """tests/redis_server.py's RedisServer, started for the run."""
+    if str(TESTS) not in sys.path:
+        sys.path.append(str(TESTS))
+    from redis_server import RedisServer
+
+    with RedisServer() as server:
+        yield server
+
+
+class Worker:
+    """A spawned process running redis_store_workers.main(spec) and the parent's end of its pipe."""
+
+    def __init__(self, ctx: Any, spec: dict[str, Any]) -> None:
+        import redis_store_workers
+
+        self.spec = spec
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=redis_store_workers.main, args=(spec, child), daemon=True)
+        self.process.start()
+        child.close()
+
+    def receive(self, timeout: float) -> Any:
+        """The worker's next message; RuntimeError for its error or its death, TimeoutError."""
+        if not self.conn.poll(timeout):
+            raise TimeoutError(f"worker {self.process.pid}: nothing within {timeout:.0f} s")
+        try:
+            message = self.conn.recv()
+        except EOFError:
+            self.process.join(5)
+            raise RuntimeError(f"worker {self.process.pid} died (exit code {self.process.exitcode})") from None
+        if isinstance(message, dict) and "error" in message:
+            raise RuntimeError(f"worker {self.process.pid} failed:\n{message['error']}")
+        return message
+
+    def kill(self) -> None:
+        """SIGKILL (which ends a stopped process too) if still running, and reap it."""
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(10)
+        self.conn.close()
+
+
+@contextmanager
+def crew(ctx: Any, specs: list[dict[str, Any]]) -> Iterator[list[Worker]]:
+    """One worker per spec, each killed and reaped when the case ends, however it ends."""
+    workers: list[Worker] = []
+    try:
+        workers.extend(Worker(ctx, spec) for spec in specs)
+        yield workers
+    finally:
+        for worker in workers:
+            worker.kill()
+
+
+def release(workers: list[Worker]) -> int:
+    """Waits until every worker is ready, sends them one start instant, returns it."""
+    for worker in workers:
+        if worker.receive(READY_TIMEOUT) != "ready":
+            raise RuntimeError(f"worker {worker.process.pid} did not say ready")
+    start_ns = time.monotonic_ns() + START_LEAD_NS
+    for worker in workers:
+        worker.conn.send(start_ns)
+    return start_ns
+
+
+def results_of(workers: list[Worker], run_s: float) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + run_s + RESULT_SLACK
+    return [worker.receive(max(1.0, deadline - time.monotonic())) for worker in workers]
+
+
+def sleep_until(instant_ns: int) -> None:
+    """Returns at instant_ns (CLOCK_MONOTONIC): sleeps, then spins the last 2 ms."""
+    ahead = instant_ns - time.monotonic_ns() - 2_000_000
+    if ahead > 0:
+        time.sleep(ahead / 1e9)
+    while time.monotonic_ns() < instant_ns:
+        pass
+
+
+# ---- case 1: round trips on one connection ----
+
+def round_trips(ctx: Any, url: str, port: int, runs: int, count: int) -> dict[str, Any]:
+    """Case 1, in one fresh process (redis_store_workers.round_trips)."""
+    spec = {"role": "round_trips", "url": url, "port": port, "runs": runs, "calls": count}
+    with crew(ctx, [spec]) as (worker,):
+        return dict(worker.receive(READY_TIMEOUT + 60 * runs))
+
+
+def pyrate_best(r: dict[str, Any]) -> tuple[str, float]:
+    """pyrate-limiter's faster Redis bucket in this run: its key and median."""
+    rows = r["contenders"]
+    key = max(("pyrate_log", "pyrate_gcra"), key=lambda k: rows[k]["median"])
+    return key, rows[key]["median"]
+
+
+def round_trip_ratios(r: dict[str, Any]) -> list[tuple[str, str, float, float]]:
+    """(aiotb call, against, ratio, target) for every ratio the targets name."""
+    rows = r["contenders"]
+    best_key, best = pyrate_best(r)
+    out = []
+    for mine in ("aiotb_acquire", "aiotb_try"):
+        ours = rows[mine]["median"]
+        out.append((mine, "incr", ours / rows["incr"]["median"], TARGET_VS_INCR))
+        out.append((mine, best_key, ours / best, TARGET_VS_PYRATE))
+        out.append((mine, "limits_moving", ours / rows["limits_moving"]["median"], TARGET_VS_LIMITS))
+        out.append((mine, "limits_fixed", ours / rows["limits_fixed"]["median"], TARGET_VS_LIMITS))
+    return out
+
+
+# ---- cases 2 and 3: processes sharing one key ----
+
+def specs_for(url: str, seconds: float, offsets: list[int]) -> list[dict[str, Any]]:
+    key = f"bench-{secrets.token_hex(4)}"
+    return [{"role": "tasks", "url": url, "key": key, "rate": RATE, "burst": BURST, "tasks": TASKS,
+             "duration_ns": int(seconds * 1e9), "offset_ns": offset} for offset in offsets]
+
+
+def run_shared(ctx: Any, url: str, seconds: float, offsets: list[int],
+               stops: list[tuple[int, int]] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The workers of one run, started together; stops: (ns after the start, worker index) at which
+    that worker is stopped for STOP_NS. Their results, and the stops as made."""
+    specs = specs_for(url, seconds, offsets)
+    made: list[dict[str, Any]] = []
+    with crew(ctx, specs) as workers:
+        start_ns = release(workers)
+        for after_ns, index in stops or []:
+            pid = workers[index].process.pid
+            sleep_until(start_ns + after_ns)
+            stopped = time.monotonic_ns()
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(STOP_NS / 1e9)
+            os.kill(pid, signal.SIGCONT)
+            made.append({"worker": index, "pid": pid, "at_s": (stopped - start_ns) / 1e9,
+                         "stopped_ms": (time.monotonic_ns() - stopped) / 1e6})
+        left = max(0.0, (start_ns + seconds * 1e9 - time.monotonic_ns()) / 1e9)
+        return results_of(workers, left), made
+
+
+def ns_per_token(rate: float) -> int:
+    """A token's ns as the script counts it: rounded up to a whole ns."""
+    return math.ceil(1e9 / rate)
+
+
+def bound_stats(instants: Any, rate: float, burst: float) -> dict[str, Any]:
+    """Grants, achieved rate, busiest 1 s window against burst + rate, and the largest GCRA excess
+    (integer ns, exact), of sorted int64 instants (ns)."""
+    import numpy as np
+
+    n = int(instants.size)
+    bound = burst + rate * WINDOW_NS / 1e9
+    out: dict[str, Any] = {"grants": n, "bound": bound}
+    if n < 2:
+        return out
+    per_token = ns_per_token(rate)
+    since = instants - instants[0]
+    k = np.arange(n, dtype=np.int64)
+    virtual = (k + 1) * per_token + np.maximum.accumulate(since - k * per_token)  # f after each grant
+    excess = virtual - since - math.ceil(burst * per_token)  # ns beyond the burst
+    worst = int(excess.argmax())
+    in_window = np.searchsorted(instants, instants + WINDOW_NS, side="left") - k
+    span_s = float(since[-1]) / 1e9
+    achieved = (n - min(n, int(burst))) / span_s
+    out.update(span_s=span_s, achieved_rate=achieved, rate_error_pct=100 * (achieved - rate) / rate,
+               longest_gap_ms=float(np.diff(instants).max() / 1e6), max_in_window=int(in_window.max()),
+               windows_over=int((in_window > bound + 1e-9).sum()), excess_tokens=float(excess[worst] / per_token),
+               excess_at_s=float(since[worst] / 1e9), uses_with_excess=int((excess > 0).sum()))
+    return out
+
+
+def percentiles_ms(values: Any) -> dict[str, float] | None:
+    import numpy as np
+
+    if not values.size:
+        return None
+    p50, p99 = np.percentile(values, [50, 99]) / 1e6
+    return {"p50": float(p50), "p99": float(p99), "max": float(values.max() / 1e6), "count": int(values.size)}
+
+
+def analyse(done: list[dict[str, Any]], rate: float, burst: float) -> dict[str, Any]:
+    """What the logs of one run say: the bound at the server's and at the use instants, order, lateness."""
+    import numpy as np
+
+    start_ns, end_ns = done[0]["start_ns"], done[0]["end_ns"]
+    server, used, late, trips, after_used, behind, process_rows = [], [], [], [], [], [], []
+    out_of_order = 0
+    for d in done:
+        use_at = np.array(d["use_at"], dtype=np.int64)
+        n = int(np.searchsorted(use_at, end_ns, side="left"))  # the uses of the run; teardown's left out
+        if len(d["grant_at"]) < n:
+            raise RuntimeError(f"worker {d['pid']}: {n} uses but {len(d['grant_at'])} grants logged")
+        requests = np.array(d["use_request"][:n], dtype=np.int64)
+        out_of_order += int((np.diff(requests) < 0).sum())
+        grant_at = np.array(d["grant_at"][:n], dtype=np.int64)
+        target = np.array(d["grant_target"][:n], dtype=np.int64)
+        lateness = use_at[:n] - target
+        late.append(lateness[use_at[:n] >= start_ns + STEADY_AFTER_NS])
+        server.append(grant_at)
+        used.append(use_at[:n])
+        after_used.append(np.array(d["grant_after"][:n], dtype=np.int64))
+        reservations = np.array(d["reservations"], dtype=np.int64).reshape(-1, 6)
+        trips.append(reservations[reservations[:, 5] < end_ns, 4])
+        wall = np.array(d["grant_wall"][:n], dtype=np.int64)
+        behind.append(wall - grant_at)
+        process_rows.append({"pid": d["pid"], "offset_s": d["offset_ns"] / 1e9, "offset_reads": d["offset_reads"],
+                             "grants": n, "afresh": d["afresh"], "cancels": d["cancels"],
+                             "reservations": len(d["reservations"]),
+                             "not_granted": len(d["reservations"]) - len(d["grant_at"]),
+                             "server_minus_wall_ms": float(np.median(grant_at - wall) / 1e6) if n else None})
+    behind_all = np.concatenate(behind)
+    out: dict[str, Any] = {"server": bound_stats(np.sort(np.concatenate(server)), rate, burst),
+                           "use": bound_stats(np.sort(np.concatenate(used)), rate, burst),
+                           "processes": process_rows, "out_of_order_within": out_of_order,
+                           "lateness_ms": percentiles_ms(np.concatenate(late)),
+                           "round_trip_ms": percentiles_ms(np.concatenate(trips)),
+                           "granted_after_server_ms": percentiles_ms(behind_all),
+                           "granted_over_5ms_after": int((behind_all > STALE_NS).sum())}
+    out.update(chain(done, np.concatenate(after_used), np.concatenate(used)))
+    return out
+
+
+def chain(done: list[dict[str, Any]], after_used: Any, used: Any) -> dict[str, Any]:
+    """The script's reservations, every process's, in the order the script made them (by F after,
+    which each one moves forward): whether each one's F before is the F after of the one before it,
+    up to the last grant used in the run; whether the server's instants increase strictly along
+    them; and how many uses, in the order they were made, came out of that order across processes.
+    Where nobody reserved until the bucket was full again, the hash expired and the next
+    reservation made a new one (a new epoch, full): that link is counted apart, not as a break."""
+    import numpy as np
+
+    every = np.concatenate([np.array(d["reservations"], dtype=np.int64).reshape(-1, 6) for d in done])
+    every = every[np.argsort(every[:, 2], kind="stable")]
+    epoch, before, after, at = every[:, 0], every[:, 1], every[:, 2], every[:, 3]
+    position = np.searchsorted(after, after_used)
+    found = (position < after.size) & (after[np.minimum(position, after.size - 1)] == after_used)
+    last = int(position[found].max()) if found.any() else -1
+    unlinked = before[1:last + 1] != after[:last]
+    remade = unlinked & (epoch[1:last + 1] != epoch[:last]) & (after[:last] <= at[1:last + 1])
+    steps = np.diff(at[:last + 1])
+    by_use = position[np.argsort(used, kind="stable")]
+    return {"chain": {"reservations": int(every.shape[0]), "checked": last + 1,
+                      "breaks": int((unlinked & ~remade).sum()), "remade_full": int(remade.sum()),
+                      "unmatched_grants": int((~found).sum()), "equal_instants": int((steps == 0).sum()),
+                      "decreasing_instants": int((steps < 0).sum()),
+                      "uses_out_of_order_across": int((np.diff(by_use) < 0).sum())}}
+
+
+def chain_ok(run: dict[str, Any]) -> bool:
+    c = run["chain"]
+    return bool(c["breaks"] == c["unmatched_grants"] == c["equal_instants"] == c["decreasing_instants"] == 0)
+
+
+def shared_key(ctx: Any, url: str, seconds: float) -> dict[str, Any]:
+    """Case 2: the clocks right, then 5 s off (two ahead, two behind)."""
+    out: dict[str, Any] = {"seconds": seconds}
+    for label, offsets in (("right", [0] * PROCESSES),
+                           ("off", [OFFSET_NS if i % 2 == 0 else -OFFSET_NS for i in range(PROCESSES)])):
+        done, _ = run_shared(ctx, url, seconds, offsets)
+        out[label] = analyse(done, RATE, BURST)
+        s = out[label]["server"]
+        progress(f"case 2, clocks {label}: {s['grants']:,} grants, {s['achieved_rate']:,.1f}/s, "
+                 f"excess {s['excess_tokens']:+.6f} at the server's instants")
+    return out
+
+
+def stopped(ctx: Any, url: str, seconds: float) -> dict[str, Any]:
+    """Case 3: one process stopped for STOP_NS every STOP_EVERY_NS, in turn."""
+    stops = [(after, i % PROCESSES) for i, after in enumerate(range(STOP_EVERY_NS, int(seconds * 1e9) - 500_000_000,
+                                                                     STOP_EVERY_NS))]
+    done, made = run_shared(ctx, url, seconds, [0] * PROCESSES, stops)
+    out = analyse(done, RATE, BURST)
+    out.update(seconds=seconds, stops=made)
+    progress(f"case 3: {len(made)} stops, excess {out['server']['excess_tokens']:+.6f} at the server's instants, "
+             f"{out['use']['excess_tokens']:+.3f} at use instants")
+    return out
+
+
+# ---- the report ----
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+def fmt(value: Any, spec: str = ",.1f") -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def p99_target_ms(run: dict[str, Any]) -> float:
+    return float(run["round_trip_ms"]["p50"]) + TARGET_SLACK_MS
+
+
+def shared_targets(name: str, run: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    s, late = run["server"], run["lateness_ms"]
+    c = run["chain"]
+    return [
+        (name, f"server's instants: largest GCRA excess < {TARGET_EXACT:.6f} tokens", f"{s['excess_tokens']:+.6f}",
+         s["excess_tokens"] < TARGET_EXACT),
+        (name, "server's instants: 0 windows over burst + rate·1 s", f"{s['windows_over']:,}", s["windows_over"] == 0),
+        (name, "FIFO within each process: uses in request order", f"{run['out_of_order_within']:,} out of order",
+         run["out_of_order_within"] == 0),
+        (name, "FIFO across processes: one chain of reservations, the server's instants strictly increasing along it",
+         f"{c['checked']:,} reservations, {c['breaks']} breaks, {c['equal_instants'] + c['decreasing_instants']} "
+         "not increasing", chain_ok(run)),
+        (name, f"steady p99 wake lateness ≤ round trip (median) + {TARGET_SLACK_MS:g} ms",
+         f"{late['p99']:.3f} ms (≤ {p99_target_ms(run):.3f})", late["p99"] <= p99_target_ms(run)),
+    ]
+
+
+def target_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    """(case, target, measured, met) for every target, from the results."""
+    rows: list[tuple[str, str, str, bool]] = []
+    if "round_trips" in r:
+        rt = r["round_trips"]["contenders"]
+        for mine, against, ratio, target in round_trip_ratios(r["round_trips"]):
+            what = {"incr": f"≥ {TARGET_VS_INCR:.0%} of INCR", "limits_moving": "≥ limits' moving window",
+                    "limits_fixed": "≥ limits' fixed window"}.get(
+                        against, f"≥ {TARGET_VS_PYRATE:g} × pyrate's Redis bucket ({rt[against]['label']})")
+            call = "acquire()" if mine == "aiotb_acquire" else "try_acquire()"
+            rows.append((f"1. round trips, {call}", what,
+                         f"{rt[mine]['median']:,.0f} / {rt[against]['median']:,.0f} = {ratio:.2f} ×", ratio >= target))
+    if "shared" in r:
+        rows += shared_targets("2. 4 processes, 1,000/s, clocks right", r["shared"]["right"])
+        off = r["shared"]["off"]
+        rows += shared_targets("2. 4 processes, 1,000/s, clocks ±5 s", off)
+        drift = max(abs(p["server_minus_wall_ms"]) for p in off["processes"])
+        rows.append(("2. 4 processes, 1,000/s, clocks ±5 s",
+                     "the server's clock decides: each process's grants within 1 s of its real wall clock (median "
+                     "of server's instant − wall clock at the grant; the most off process)", f"{drift:.3f} ms",
+                     drift < 1000))
+    if "stopped" in r:
+        s, u = r["stopped"]["server"], r["stopped"]["use"]
+        name = f"3. one process stopped 150 ms ({len(r['stopped']['stops'])} times)"
+        rows.append((name, f"server's instants: largest GCRA excess < {TARGET_EXACT:.6f} tokens (0 over the bound)",
+                     f"{s['excess_tokens']:+.6f}", s["excess_tokens"] < TARGET_EXACT))
+        rows.append((name, "server's instants: 0 windows over burst + rate·1 s", f"{s['windows_over']:,}",
+                     s["windows_over"] == 0))
+        rows.append((name, f"use instants: at most one grant over per process (excess ≤ {PROCESSES} tokens)",
+                     f"{u['excess_tokens']:+.3f} tokens", u["excess_tokens"] <= PROCESSES))
+        rows.append((name, "FIFO within each process", f"{r['stopped']['out_of_order_within']:,} out of order",
+                     r["stopped"]["out_of_order_within"] == 0))
+    return rows
+
+
+def introduction(r: dict[str, Any], env: str) -> list[str]:
+    command = "python benchmarks/redis_store.py" + (" --quick" if r["profile"] == "quick" else "")
+    lines = ["# One quota in Redis (`RedisStore`)", "",
+             f"Measured by `{command}` ({env}). One redis-server on 127.0.0.1 (no persistence), started by the "
+             "benchmark; every client is redis-py's redis.asyncio unless a row says otherwise.", "",
+             "## Targets", "", "| case | target | measured | |", "|:--|:--|--:|:--|"]
+    lines += [f"| {case} | {target} | {measured} | {verdict(ok)} |" for case, target, measured, ok in target_rows(r)]
+    lines += [f"| {case} | ran | failed: {error.splitlines()[-1][:120]} | **not met** |"
+              for case, error in r["failed"].items()]
+    return lines + [""]
+
+
+def round_trip_section(rt: dict[str, Any], versions: dict[str, str]) -> list[str]:
+    rows = rt["contenders"]
+    incr = rows["incr"]["median"]
+    best_key, _ = pyrate_best(rt)
+    lines = ["## 1. Round trips per second, one connection, sequential awaits", "",
+             f"Each row is its own client (its connections counted by the server's CLIENT LIST at the end) and its "
+             f"own key; {rt['runs']} runs of {rt['calls']:,} calls each, the order of the rows rotated by one each "
+             f"run, after {rt['warmup']} warm-up calls; medians. The rates never bind: aiotb `Limiter(1e6, 1, "
+             "burst=1e6)`; pyrate-limiter `Rate(1_000_000, Duration.SECOND)` (burst 1,000,000 for GCRA), each "
+             "bucket behind `Limiter(bucket, buffer_ms=0)` called as `await limiter.try_acquire(\"bench\", 1, "
+             "blocking=False)`, its lightest call (no asyncio.Lock, no retry loop); limits "
+             "`RateLimitItemPerSecond(1_000_000)`, `await strategy.hit(item, key)`. Refused: answers that were not "
+             "grants during the runs. Server CPU: the server's user + system CPU time over the run (INFO cpu), "
+             f"per call, median. pyrate-limiter {versions['pyrate-limiter']}, limits {versions['limits']}, "
+             f"coredis {versions['coredis']}, redis-py {versions['redis']} "
+             f"(hiredis {'installed' if versions['hiredis'] else 'not installed: replies are parsed in Python'}), "
+             f"redis-server {rt['redis_server']}.", "",
+             "| call | | round trips/s | µs per call | runs (min – max) | × INCR | server CPU µs per call | "
+             "connections | refused |", "|:--|:--|--:|--:|--:|--:|--:|--:|--:|"]
+    for row in rows.values():
+        runs = row["runs"]
+        lines.append(f"| {row['label']} | {row['group']} | {row['median']:,.0f} | {1e6 / row['median']:.1f} | "
+                     f"{min(runs):,.0f} – {max(runs):,.0f} | {row['median'] / incr:.2f} | {row['server_us']:.1f} | "
+                     f"{row['connections']} | {row['refused']:,} |")
+    best = rows[best_key]["median"]
+    lines += ["", f"pyrate-limiter's faster Redis bucket in this run: {rows[best_key]['label']}. Three times its "
+              f"rate would be {3 * best:,.0f} round trips/s, {3 * best / incr:.2f} × a bare INCR on the same "
+              "connection.", "",
+              "| aiotb call | × INCR (target ≥ 0.90) | × pyrate's faster bucket (≥ 3) | "
+              "× limits moving window (≥ 1) | × limits fixed window (≥ 1) |", "|:--|--:|--:|--:|--:|"]
+    ratios = round_trip_ratios(rt)
+    for mine in ("aiotb_acquire", "aiotb_try"):
+        cells = [f"{ratio:.2f} ({verdict(ratio >= target)})" for m, _, ratio, target in ratios if m == mine]
+        lines.append(f"| {rows[mine]['label']} | " + " | ".join(cells) + " |")
+    shaped, ones = rows["aiotb_shaped"]["median"], rows["returns_1"]["median"]
+    reserve = rows["aiotb_reserve"]["median"]
+    server = {key: row["server_us"] for key, row in rows.items()}
+    lines += ["", "Where a decision's time goes, from the medians above (µs per call): "
+              f"INCR {1e6 / incr:.1f}; the same arguments as aiotb's to a script that returns 1: "
+              f"{1e6 / ones - 1e6 / incr:+.1f}; aiotb's reply in place of 1: {1e6 / shaped - 1e6 / ones:+.1f}; "
+              f"aiotb's script and the store's handling of its reply: {1e6 / reserve - 1e6 / shaped:+.1f} (of which "
+              f"the server's CPU: {server['aiotb_reserve'] - server['aiotb_shaped']:+.1f}); the limiter around the "
+              f"store call: try_acquire {1e6 / rows['aiotb_try']['median'] - 1e6 / reserve:+.1f}, acquire "
+              f"{1e6 / rows['aiotb_acquire']['median'] - 1e6 / reserve:+.1f}.", ""]
+    return lines
+
+
+BOUND_HEAD = "grants | achieved /s | most in 1 s (bound) | windows over | largest excess (tokens) | longest gap ms"
+
+
+def bound_cells(s: dict[str, Any], digits: int) -> str:
+    return (f"{s['grants']:,} | {s['achieved_rate']:,.2f} | {s['max_in_window']:,} ({s['bound']:,.0f}) | "
+            f"{s['windows_over']:,} | {s['excess_tokens']:+.{digits}f} | {s['longest_gap_ms']:.2f}")
+
+
+def run_tables(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    lines = [f"| run | instants | {BOUND_HEAD} |", "|:--|:--|" + "--:|" * 6]
+    for label, run in runs:
+        lines.append(f"| {label} | server's | {bound_cells(run['server'], 6)} |")
+        lines.append(f"| {label} | use | {bound_cells(run['use'], 3)} |")
+    lines += ["", "| run | out of order within a process | reservations (in the chain up to the last use) | chain "
+              "breaks | hash made anew once full | grants not in it | server's instants equal / decreasing along it | "
+              "uses out of that order across processes (adjacent pairs) |", "|:--|--:|--:|--:|--:|--:|--:|--:|"]
+    for label, run in runs:
+        c = run["chain"]
+        lines.append(f"| {label} | {run['out_of_order_within']:,} | {c['reservations']:,} ({c['checked']:,}) | "
+                     f"{c['breaks']} | {c['remade_full']} | {c['unmatched_grants']} | {c['equal_instants']} / "
+                     f"{c['decreasing_instants']} | {c['uses_out_of_order_across']:,} |")
+    lines += ["", "| run | steady wake lateness p50 / p99 / max ms | reserve round trip p50 / p99 / max ms | p99 "
+              "target ms | granted after the server's instant p50 / p99 / max ms | granted > 5 ms after |",
+              "|:--|--:|--:|--:|--:|--:|"]
+    for label, run in runs:
+        late, trip, behind = run["lateness_ms"], run["round_trip_ms"], run["granted_after_server_ms"]
+        lines.append(f"| {label} | {late['p50']:.3f} / {late['p99']:.3f} / {late['max']:.2f} | "
+                     f"{trip['p50']:.3f} / {trip['p99']:.3f} / {trip['max']:.2f} | {p99_target_ms(run):.3f} | "
+                     f"{behind['p50']:.3f} / {behind['p99']:.3f} / {behind['max']:.2f} | "
+                     f"{run['granted_over_5ms_after']:,} |")
+    lines += ["", "| run | process | clock offset s | offset clock reads | grants (taken afresh) | reservations "
+              "(not granted) | cancels | server's instant − real wall clock at the grant, median ms |",
+              "|:--|--:|--:|--:|--:|--:|--:|--:|"]
+    for label, run in runs:
+        for i, p in enumerate(run["processes"], 1):
+            lines.append(f"| {label} | {i} | {p['offset_s']:+g} | {fmt(p['offset_reads'], ',d')} | {p['grants']:,} "
+                         f"({p['afresh']}) | {p['reservations']:,} ({p['not_granted']}) | {p['cancels']} | "
+                         f"{fmt(p['server_minus_wall_ms'], '+.3f')} |")
+    return lines + [""]
+
+
+def shared_section(s: dict[str, Any]) -> list[str]:
+    lines = [f"## 2. {PROCESSES} processes × {TASKS} tasks, one key, `Limiter(1_000, 1, burst=10)`, "
+             f"{s['seconds']:g} s a run", "",
+             "Spawned processes started together; each task loops `async with limiter:` and logs its use instant "
+             "(`time.monotonic_ns()`) as it resumes, with the request number it took as it asked. Each grant is "
+             "also logged at the instant the script returned for it, on the server's clock. Uses after the end "
+             "instant, while the processes cancel their tasks, are left out (with their grants). Wake lateness: "
+             "the use instant minus the local instant the limiter set its timer for (the reply's arrival plus the "
+             "script's delay), from 1 s after the start; the round trip: each `store.reserve` call, sent to "
+             "answered, as the limiter awaited it in the same run. Granted after the server's instant: the real wall "
+             "clock as the limiter grants (`time.time_ns()`) minus the grant's instant on the server's clock, one "
+             "clock on one host. Not granted: reservations the limiter gave up (a stale one, or its last, given back "
+             "as the process stopped its tasks). The second run sets each process's clock, as the "
+             "store reads it (`aiotb._store_redis.time.time_ns`), 5 s ahead (processes 1 and 3) or behind "
+             "(2 and 4); the script reads the server's TIME, so the clients' clocks do not enter.", ""]
+    return lines + run_tables([("clocks right", s["right"]), ("clocks ±5 s", s["off"])])
+
+
+def stopped_section(s: dict[str, Any]) -> list[str]:
+    stops = ", ".join(f"{stop['at_s']:.2f} s (process {stop['worker'] + 1}, {stop['stopped_ms']:.0f} ms)"
+                      for stop in s["stops"])
+    lines = [f"## 3. One process stopped for 150 ms, {len(s['stops'])} times in {s['seconds']:g} s", "",
+             f"As case 2 with the clocks right; SIGSTOP, then SIGCONT 150 ms later, at {stops}. A stopped process "
+             "holds at most one reservation, its first waiter's. Reached more than 5 ms (and a token's time) late, "
+             "it is stale: the waiter takes the tokens afresh if they are free, else reserves again behind the "
+             "others, and the stale tokens are lost. A grant counted at its instant but used a little later can "
+             "still put a process's use one grant ahead at use instants.", "",
+             f"This run: {s['granted_over_5ms_after']} grant(s) made more than 5 ms after the server's instant (the "
+             f"latest {s['granted_after_server_ms']['max']:.1f} ms after); the reserve round trips took up to "
+             f"{s['round_trip_ms']['max']:.1f} ms; {sum(p['afresh'] for p in s['processes'])} grant(s) taken afresh; "
+             f"{sum(p['not_granted'] for p in s['processes'])} reservation(s) not granted, of which "
+             f"{sum(p['cancels'] for p in s['processes'])} cancelled as the processes stopped their tasks.", ""]
+    return lines + run_tables([("stops", s)])
+
+
+def report(r: dict[str, Any], env: str) -> str:
+    lines = introduction(r, env)
+    if "round_trips" in r:
+        lines += round_trip_section(r["round_trips"], r["versions"])
+    if "shared" in r:
+        lines += shared_section(r["shared"])
+    if "stopped" in r:
+        lines += stopped_section(r["stopped"])
+    lines.append(f"The run took {r['elapsed_s']:.0f} s.")
+    return "\n".join(lines) + "\n"
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def versions() -> dict[str, Any]:
+    from importlib.metadata import version
+    from importlib.util import find_spec
+
+    return {name: version(name) for name in ("redis", "pyrate-limiter", "limits", "coredis", "numpy")} | {
+        "hiredis": find_spec("hiredis") is not None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter runs, fewer repetitions")
+    parser.add_argument("--out", type=Path, default=HERE / "redis")
+    args = parser.parse_args()
+    import aiotb
+
+    began = time.monotonic()
+    profile_name = "quick" if args.quick else "full"
+    p = PROFILES[profile_name]
+    ctx = multiprocessing.get_context("spawn")
+    results: dict[str, Any] = {"profile": profile_name, "settings": p, "versions": versions(), "failed": {}}
+    load = os.getloadavg()[0]
+    with redis_server() as server:
+        cases: dict[str, Callable[[], Any]] = {
+            "round_trips": lambda: round_trips(ctx, server.url, server.port, p["rt_runs"], p["rt_calls"]),
+            "shared": lambda: shared_key(ctx, server.url, p["shared_s"]),
+            "stopped": lambda: stopped(ctx, server.url, p["stopped_s"]),
+        }
+        for key, run in cases.items():
+            started = time.monotonic()
+            try:
+                results[key] = run()
+            except Exception as error:  # noqa: BLE001 - a failed case is reported, the others still run
+                results["failed"][key] = f"{type(error).__name__}: {error}"
+            progress(f"{key}: {time.monotonic() - started:.1f} s"
+                     + (f", FAILED: {results['failed'][key]}" if key in results["failed"] else ""))
+    results["elapsed_s"] = time.monotonic() - began
+    env = (f"Python {sys.version.split()[0]}, aiotb {aiotb.__version__} engine {aiotb.IMPLEMENTATION}, "
+           f"{os.cpu_count()} CPUs, load average {load:.2f} at the start and {os.getloadavg()[0]:.2f} at the end, "
+           f"{profile_name} profile")
+    text = report(results, env)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "RESULTS.md").write_text(text)
+    (args.out / "raw.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    if results["failed"]:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

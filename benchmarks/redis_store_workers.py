@@ -1,0 +1,392 @@
+"""What the processes of benchmarks/redis_store.py run: importable by a process started with "spawn".
+
+Roles (spec["role"]):
+
+  round_trips  case 1: every contender (``contenders``) on its own client and connection, timed in
+               alternating runs of sequential awaits, with the server's CPU time over each run;
+  tasks        cases 2 and 3, described below.
+
+A tasks worker is a fresh process with one ``Limiter(rate, 1, burst=b, store=RedisStore(url, key))``
+whose store and engine log what they did (``LoggedStore``, ``LoggedLimiter``). It connects and loads
+the script, says "ready" on its pipe, receives the common start instant (CLOCK_MONOTONIC, ns), and
+its tasks loop ``async with limiter:`` until the end instant, when they are cancelled. Each task
+takes a request number as it asks and logs it, with its use instant (``time.monotonic_ns()``), the
+first thing it does in the block. With ``offset_ns`` the process's ``time.time_ns`` as the store
+reads it (``aiotb._store_redis.time``) is that far off: a client whose clock is wrong. It sends back
+one dict of lists (see ``take_in_tasks``), or {"error": traceback}."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import statistics
+import sys
+import time
+import traceback
+from typing import Any, Awaitable, Callable
+
+from aiotb import RedisStore
+from aiotb._redis_limiter import RedisLimiter
+from aiotb._store_redis import Reserved
+
+START_TIMEOUT = 120.0  # s a worker waits for its start instant
+SPIN_NS = 2_000_000  # the last 2 ms before the start are spun, not slept: the loop's timer rounds to 1 ms
+SERVER_EXIT_WITHIN = 2.0  # s for the limiter's serving task to finish once its waiters are cancelled
+WARMUP_CALLS = 300  # per contender before case 1's runs: connections made, scripts loaded
+
+
+class OffsetTime:
+    """The ``time`` module as a store sees it, with ``time_ns()`` off by offset_ns; counts its calls."""
+
+    def __init__(self, offset_ns: int) -> None:
+        self.offset_ns = offset_ns
+        self.calls = 0
+
+    def time_ns(self) -> int:
+        self.calls += 1
+        return time.time_ns() + self.offset_ns
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+class LoggedStore(RedisStore):
+    """A RedisStore that logs every reservation the script made, whoever uses it: (the hash's epoch
+    in us, F before, F after, the server's instant, ns from sending to the reply, CLOCK_MONOTONIC ns
+    at the reply), the F's as the script's record has them, made absolute (ns since 1970 on the
+    server's clock); and counts cancels."""
+
+    __slots__ = ("reservations", "cancels")
+
+    def __init__(self, redis: Any, key: str) -> None:
+        super().__init__(redis, key)
+        self.reservations: list[tuple[int, int, int, int, int, int]] = []
+        self.cancels = 0
+
+    async def reserve(self, *args: Any, **kwargs: Any) -> Any:
+        sent = time.monotonic_ns()
+        reserved = await super().reserve(*args, **kwargs)
+        replied = time.monotonic_ns()
+        if isinstance(reserved, Reserved):
+            epoch, before, after = record_instants(reserved.record)
+            self.reservations.append((epoch, before, after, reserved.at, replied - sent, replied))
+        return reserved
+
+    async def cancel(self, definition: str, record: bytes) -> int:
+        self.cancels += 1
+        return await super().cancel(definition, record)
+
+
+class LoggedLimiter(RedisLimiter):
+    """A limiter over a RedisStore that logs, for each grant in its order: the server's instant
+    (ns since 1970), the reservation's F after (which ties it to the store's log), its instant on
+    this process's CLOCK_MONOTONIC as the limiter set its timer (ns), and the real wall clock then."""
+
+    __slots__ = ("grants", "afresh", "_slot")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.grants: list[tuple[int, int, int, int]] = []
+        self.afresh = 0  # grants of tokens taken afresh in place of a stale reservation
+        self._slot: Any = None  # the reservation _grant is granting
+
+    async def _grant(self, waiter: Any, slot: Any) -> Any:
+        self._slot = slot
+        return await super()._grant(waiter, slot)
+
+    def _count_grant(self, amount: float, enqueued: float | None, reserved: Reserved) -> None:
+        super()._count_grant(amount, enqueued, reserved)
+        slot = self._slot
+        if slot is not None and slot.reserved is reserved:
+            target = slot.at
+        else:  # tokens taken afresh in place of a stale reservation: granted now
+            target = asyncio.get_running_loop().time()
+            self.afresh += 1
+        self.grants.append((reserved.at, record_instants(reserved.record)[2], round(target * 1e9), time.time_ns()))
+
+
+def record_instants(record: bytes) -> tuple[int, int, int]:
+    """A one-rate reservation's record (epoch in us, F before, F after in ns after it): the epoch,
+    and the F's in ns since 1970 on the server's clock."""
+    epoch, before, after = (int(word) for word in record.split()[:3])
+    return epoch, epoch * 1000 + before, epoch * 1000 + after
+
+
+def main(spec: dict[str, Any], conn: Any) -> None:
+    """The process's entry point: runs spec's role, sends the result on conn."""
+    try:
+        result = ROLES[spec["role"]](spec, conn)
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        conn.send({"error": traceback.format_exc()})
+    else:
+        conn.send(result)
+    finally:
+        conn.close()
+
+
+def take_in_tasks(spec: dict[str, Any], conn: Any) -> dict[str, Any]:
+    """spec["tasks"] tasks loop ``async with limiter`` from the start to the end instant. Returns the
+    grants (LoggedLimiter.grants as columns), the uses (request number, use instant) in the order
+    the tasks resumed, the store's reservations and cancels, and how often the offset clock was read."""
+    import aiotb._store_redis
+
+    clock = None
+    if spec["offset_ns"]:
+        clock = OffsetTime(spec["offset_ns"])
+        setattr(aiotb._store_redis, "time", clock)  # the module the store reads time.time_ns() from
+    out = asyncio.run(run_tasks(spec, conn))
+    out.update(pid=os.getpid(), offset_ns=spec["offset_ns"], offset_reads=clock.calls if clock else None)
+    return out
+
+
+async def run_tasks(spec: dict[str, Any], conn: Any) -> dict[str, Any]:
+    store = LoggedStore(spec["url"], spec["key"])
+    limiter = LoggedLimiter(spec["rate"], 1, burst=spec["burst"], store=store)
+    await limiter.read_tokens()  # connected, and the script loaded, before the start
+    conn.send("ready")
+    if not conn.poll(START_TIMEOUT):
+        raise TimeoutError(f"no start instant within {START_TIMEOUT} s")
+    start_ns = int(conn.recv())
+    end_ns = start_ns + spec["duration_ns"]
+    clock = time.monotonic_ns
+    requests = itertools.count()
+    uses: list[tuple[int, int]] = []
+
+    async def take_forever() -> None:
+        while True:
+            number = next(requests)
+            async with limiter:
+                uses.append((number, clock()))
+
+    ahead = start_ns - clock() - SPIN_NS
+    if ahead > 0:
+        await asyncio.sleep(ahead / 1e9)
+    while clock() < start_ns:
+        pass
+    running = [asyncio.ensure_future(take_forever()) for _ in range(spec["tasks"])]
+    await asyncio.sleep(max(0, end_ns - clock()) / 1e9)
+    for task in running:
+        task.cancel()
+    for outcome in await asyncio.gather(*running, return_exceptions=True):
+        if not isinstance(outcome, asyncio.CancelledError):
+            raise RuntimeError("a task failed") from outcome
+    deadline = clock() + int(SERVER_EXIT_WITHIN * 1e9)
+    while limiter._server is not None and clock() < deadline:  # its last reservation, given back
+        await asyncio.sleep(0.005)
+    await store.redis.aclose()
+    columns = list(zip(*limiter.grants)) or [(), (), (), ()]
+    return {"start_ns": start_ns, "end_ns": end_ns,
+            "grant_at": list(columns[0]), "grant_after": list(columns[1]), "grant_target": list(columns[2]),
+            "grant_wall": list(columns[3]),
+            "use_request": [number for number, _ in uses], "use_at": [at for _, at in uses],
+            "reservations": store.reservations, "cancels": store.cancels, "afresh": limiter.afresh}
+
+
+# ---- case 1: round trips on one connection ----
+
+class Contender:
+    """One call timed in case 1: make() builds it on a running loop and returns the call; granted
+    says whether an answer is a grant (every call should be one: the rates never bind)."""
+
+    def __init__(self, key: str, label: str, group: str, make: Callable[[str], Awaitable[Callable[[], Any]]],
+                 granted: Callable[[Any], bool] = lambda answer: True) -> None:
+        self.key, self.label, self.group, self.make, self.granted = key, label, group, make, granted
+
+
+def contenders(url: str, port: int) -> list[Contender]:
+    """Everything case 1 times; each builds its own client (named for CLIENT LIST) on the server."""
+    from redis.asyncio import Redis
+
+    from aiotb import Limiter, RedisStore
+
+    exchange: list[tuple[tuple[Any, ...], Any]] = []  # aiotb's arguments to its script, and the reply
+
+    def client(name: str) -> Redis:
+        return Redis.from_url(url, client_name=name)
+
+    async def aiotb_exchange() -> tuple[tuple[Any, ...], Any]:
+        """The arguments and the reply of the EVALSHA of one try_acquire, as redis-py saw them."""
+        if not exchange:
+            redis = client("bench-exchange")
+            evalsha = redis.evalsha
+
+            async def recorded(sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+                reply = await evalsha(sha, numkeys, *keys_and_args)
+                exchange.append((keys_and_args[numkeys:], reply))
+                return reply
+
+            redis.evalsha = recorded  # type: ignore[method-assign]
+            limiter = Limiter(1e6, 1, burst=1e6, store=RedisStore(redis, "bench-exchange"))
+            assert isinstance(limiter, RedisLimiter)
+            await limiter.try_acquire()
+            await redis.aclose()
+        return exchange[-1]
+
+    async def script(name: str, body: str) -> Callable[[], Any]:
+        run = client(name).register_script(body)
+        args, _ = await aiotb_exchange()
+        return lambda: run(keys=["bench:script"], args=args)
+
+    async def incr(name: str) -> Callable[[], Any]:
+        redis = client(name)
+        return lambda: redis.incr("bench:incr")
+
+    async def returns_1(name: str) -> Callable[[], Any]:
+        return await script(name, "return 1")
+
+    async def aiotb_shaped(name: str) -> Callable[[], Any]:
+        _, reply = await aiotb_exchange()
+        return await script(name, f"return {lua_literal(reply)}")
+
+    def aiotb_limiter(name: str) -> RedisLimiter:
+        limiter = Limiter(1e6, 1, burst=1e6, store=RedisStore(client(name), f"bench-{name}"))
+        assert isinstance(limiter, RedisLimiter)
+        return limiter
+
+    async def aiotb_acquire(name: str) -> Callable[[], Any]:
+        return aiotb_limiter(name).acquire
+
+    async def aiotb_try(name: str) -> Callable[[], Any]:
+        return aiotb_limiter(name).try_acquire
+
+    async def aiotb_reserve(name: str) -> Callable[[], Any]:
+        limiter = aiotb_limiter(name)
+        store, definition = limiter.store, limiter._definition  # what try_acquire passes
+        return lambda: store.reserve(definition, 1.0, 0)
+
+    async def pyrate_log(name: str) -> Callable[[], Any]:
+        from pyrate_limiter import Duration, Limiter as PyrateLimiter, Rate, RedisBucket
+
+        bucket = await RedisBucket.init([Rate(1_000_000, Duration.SECOND)], client(name), f"bench:{name}")
+        limiter = PyrateLimiter(bucket, buffer_ms=0)
+        return lambda: limiter.try_acquire("bench", 1, blocking=False)
+
+    async def pyrate_gcra(name: str) -> Callable[[], Any]:
+        from pyrate_limiter import GCRA, Duration, Limiter as PyrateLimiter, Rate, RedisStateStore, StateBucket
+
+        bucket = StateBucket([Rate(1_000_000, Duration.SECOND, burst=1_000_000)], GCRA(),
+                             RedisStateStore(client(name), f"bench:{name}"))
+        limiter = PyrateLimiter(bucket, buffer_ms=0)
+        return lambda: limiter.try_acquire("bench", 1, blocking=False)
+
+    def limits_hit(strategy: str, implementation: str | None) -> Callable[[str], Awaitable[Callable[[], Any]]]:
+        async def make(name: str) -> Callable[[], Any]:
+            from limits import RateLimitItemPerSecond
+            from limits.aio import strategies
+            from limits.aio.storage import RedisStorage
+
+            options: dict[str, Any] = {"client_name": name}
+            if implementation is not None:
+                options["implementation"] = implementation
+            storage = RedisStorage(f"async+redis://127.0.0.1:{port}/0", **options)
+            limiter = getattr(strategies, strategy)(storage)
+            item = RateLimitItemPerSecond(1_000_000)
+            return lambda: limiter.hit(item, name)
+        return make
+
+    def true(answer: Any) -> bool:
+        return answer is True
+
+    return [
+        Contender("incr", "`INCR` (redis.asyncio)", "reference", incr),
+        Contender("returns_1", "EVALSHA of `return 1`, aiotb's arguments", "reference", returns_1),
+        Contender("aiotb_shaped", "EVALSHA of a constant: aiotb's reply to a reserve, aiotb's arguments", "reference",
+                  aiotb_shaped),
+        Contender("aiotb_acquire", "aiotb `await limiter.acquire()`", "aiotb", aiotb_acquire,
+                  lambda answer: answer is None),
+        Contender("aiotb_try", "aiotb `await limiter.try_acquire()`", "aiotb", aiotb_try, true),
+        Contender("aiotb_reserve", "aiotb `await store.reserve(definition, 1.0, 0)` (the store call)", "aiotb",
+                  aiotb_reserve, lambda answer: answer is not None),
+        Contender("pyrate_log", "pyrate-limiter `RedisBucket` (sliding-window log)", "pyrate", pyrate_log, true),
+        Contender("pyrate_gcra", "pyrate-limiter `StateBucket(GCRA)` on `RedisStateStore`", "pyrate", pyrate_gcra,
+                  true),
+        Contender("limits_moving", "limits moving window, `RedisStorage(implementation=\"redispy\")`", "limits",
+                  limits_hit("MovingWindowRateLimiter", "redispy"), true),
+        Contender("limits_fixed", "limits fixed window, `RedisStorage(implementation=\"redispy\")`", "limits",
+                  limits_hit("FixedWindowRateLimiter", "redispy"), true),
+        Contender("limits_moving_coredis", "limits moving window on coredis (its default client)", "other client",
+                  limits_hit("MovingWindowRateLimiter", None), true),
+        Contender("limits_fixed_coredis", "limits fixed window on coredis (its default client)", "other client",
+                  limits_hit("FixedWindowRateLimiter", None), true),
+    ]
+
+
+def lua_literal(reply: Any) -> str:
+    """A script reply (a string, an integer or an array of them) as a Lua expression."""
+    if isinstance(reply, list):
+        return "{" + ", ".join(lua_literal(value) for value in reply) + "}"
+    if isinstance(reply, bytes):
+        return "'" + reply.decode().replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return str(int(reply))
+
+
+async def timed(call: Callable[[], Any], granted: Callable[[Any], bool], count: int) -> tuple[float, int]:
+    """count sequential awaits of call(): calls per second, and how many answers were not grants."""
+    clock = time.perf_counter_ns
+    refused = 0
+    started = clock()
+    for _ in range(count):
+        if not granted(await call()):
+            refused += 1
+    return count * 1e9 / (clock() - started), refused
+
+
+async def server_cpu_s(admin: Any) -> float:
+    """The server's CPU seconds so far (user + system), as INFO reports them."""
+    info = await admin.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def time_round_trips(url: str, port: int, runs: int, count: int) -> dict[str, Any]:
+    """Case 1: every contender, runs alternating runs of count calls; the server's CPU during each,
+    and its view of the clients."""
+    from redis.asyncio import Redis
+
+    admin = Redis.from_url(url, client_name="bench-admin")
+    server = (await admin.info("server"))["redis_version"]
+    built = []
+    for c in contenders(url, port):
+        call = await c.make(f"bench-{c.key}")
+        _, refused = await timed(call, c.granted, WARMUP_CALLS)
+        if refused:
+            raise RuntimeError(f"{c.key}: {refused} of {WARMUP_CALLS} warm-up calls refused")
+        built.append((c, call))
+    per_run: dict[str, list[float]] = {c.key: [] for c, _ in built}
+    server_us: dict[str, list[float]] = {c.key: [] for c, _ in built}
+    refused_in_runs = {c.key: 0 for c, _ in built}
+    for run in range(runs):
+        shift = run % len(built)
+        for c, call in built[shift:] + built[:shift]:
+            cpu = await server_cpu_s(admin)
+            rate, refused = await timed(call, c.granted, count)
+            server_us[c.key].append((await server_cpu_s(admin) - cpu) * 1e6 / count)
+            per_run[c.key].append(rate)
+            refused_in_runs[c.key] += refused
+        progress(f"case 1, run {run + 1}/{runs}: " + ", ".join(f"{key} {rates[-1]:,.0f}"
+                                                                for key, rates in per_run.items()))
+    clients = await admin.client_list()
+    await admin.aclose()
+    connections = {c.key: sum(1 for entry in clients if entry.get("name") == f"bench-{c.key}") for c, _ in built}
+    rows = {c.key: {"label": c.label, "group": c.group, "runs": per_run[c.key], "median": median(per_run[c.key]),
+                    "server_us": median(server_us[c.key]), "server_us_runs": server_us[c.key],
+                    "refused": refused_in_runs[c.key], "connections": connections[c.key]} for c, _ in built}
+    return {"runs": runs, "calls": count, "warmup": WARMUP_CALLS, "redis_server": server, "contenders": rows}
+
+
+def round_trips(spec: dict[str, Any], conn: Any) -> dict[str, Any]:
+    return asyncio.run(time_round_trips(spec["url"], spec["port"], spec["runs"], spec["calls"]))
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+ROLES: dict[str, Callable[[dict[str, Any], Any], dict[str, Any]]] = {
+    "round_trips": round_trips,
+    "tasks": take_in_tasks,
+}
