@@ -57,10 +57,11 @@ def test_a_limiter_over_redis_is_a_redis_limiter(lib: SimpleNamespace, redis_url
     assert (limiter.max_rate, limiter.time_period, limiter.burst) == (10, 1, 10)
 
 
-@pytest.mark.parametrize("subclass", ["AsyncLimiter", "WindowLimiter"])
-def test_only_limiter_takes_a_redis_store(lib: SimpleNamespace, redis_url: str, subclass: str) -> None:
-    with pytest.raises(TypeError, match="Limiter itself"):
-        getattr(lib, subclass)(10, 1, store=lib.package.RedisStore(redis_url, KEY))
+def test_only_limiter_and_window_limiter_take_a_redis_store(lib: SimpleNamespace, redis_url: str) -> None:
+    with pytest.raises(TypeError, match="Limiter and WindowLimiter themselves"):
+        lib.AsyncLimiter(10, 1, store=lib.package.RedisStore(redis_url, KEY))
+    window = lib.WindowLimiter(10, 1, store=lib.package.RedisStore(redis_url, KEY))
+    assert isinstance(window, lib.WindowLimiter) and isinstance(window, lib.package.RedisLimiter)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
@@ -87,7 +88,7 @@ def test_clients_must_agree_on_the_rates(run: Run[None], redis_url: str) -> None
         first = limiter_on(aiotb, redis_url, 10, 1, burst=2)
         await first.acquire()
         other = limiter_on(aiotb, redis_url, 20, 1, burst=2)
-        with pytest.raises(ValueError, match=r"holds a limiter of rates \[10/s burst 2 .*not \[20/s burst 2"):
+        with pytest.raises(ValueError, match=r"holds a limiter of rates \[10/s burst 2 .*not rates \[20/s burst 2"):
             await other.acquire()
         assert other.stats().granted == 0
         await other.store.redis.aclose()
@@ -363,5 +364,108 @@ def test_a_keyed_limiter_keeps_one_hash_per_key(run: Run[None], redis_url: str) 
             keyed[(1, 2)]
         await other_host["alice"].store.redis.aclose()
         await client.aclose()
+
+    run(main())
+
+
+# ---- a strict window ----
+
+def window_on(url: str, limit: float, period: float, key: str = KEY) -> Any:
+    return aiotb.WindowLimiter(limit, period, store=aiotb.RedisStore(url, key))
+
+
+def most_in_a_window(instants: list[float], period: float) -> int:
+    """The most instants in any window [t, t + period)."""
+    ordered = sorted(instants)
+    return max(sum(1 for u in ordered[i:] if u < t + period) for i, t in enumerate(ordered))
+
+
+def test_a_window_holds_every_request_sent_inside_its_blocks(run: Run[None], redis_url: str) -> None:
+    limit, period = 5, 0.3
+
+    async def main() -> None:
+        clients = [window_on(redis_url, limit, period) for _ in range(3)]
+        sent: list[float] = []
+
+        async def request(limiter: Any, i: int) -> None:
+            async with limiter:
+                await asyncio.sleep(0.002 * (i % 7))  # the request reaches the server anywhere in the block
+                sent.append(time.monotonic())
+                await asyncio.sleep(0.002 * (i % 3))
+
+        started = time.monotonic()
+        await asyncio.gather(*(request(clients[i % 3], i) for i in range(30)))
+        took = time.monotonic() - started
+        assert len(sent) == 30
+        assert most_in_a_window(sent, period) <= limit
+        assert took >= (30 / limit - 1) * period  # 6 windows' worth at least
+        for c in clients[1:]:
+            await c.store.redis.aclose()
+        await closed(clients[0], None)
+
+    run(main())
+
+
+def test_a_held_grant_keeps_its_window_until_the_block_ends(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        holder, other = window_on(redis_url, 1, 0.2), window_on(redis_url, 1, 0.2)
+        async with holder:
+            entered = time.monotonic()
+            assert not await other.try_acquire()
+            await asyncio.sleep(0.4)  # longer than the period: still held
+            assert not await other.try_acquire()
+            with pytest.raises(TimeoutError):
+                await other.acquire(1, timeout=0.1)  # not before the hold ends
+            exited = time.monotonic()
+        await other.acquire()
+        assert time.monotonic() - exited >= 0.19  # a period after the block's end, not after its grant
+        assert exited - entered >= 0.4
+        await other.store.redis.aclose()
+        await closed(holder, None)
+
+    run(main())
+
+
+def test_a_window_slot_released_early_and_a_bare_acquire(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        limiter, other = window_on(redis_url, 2, 0.2), window_on(redis_url, 2, 0.2)
+        await limiter.acquire()  # counts from its grant
+        slot = limiter.slot(1)
+        async with slot:
+            assert slot.held
+            slot.release()
+            assert not slot.held
+            await asyncio.sleep(0.25)  # the bare grant left; the released one is a period old too
+            assert await other.read_tokens() == pytest.approx(2)
+        assert await other.try_acquire(2)
+        assert not await other.try_acquire(1)
+        with pytest.raises(ValueError, match="amount"):
+            await other.acquire(3)
+        await other.store.redis.aclose()
+        await closed(limiter, None)
+
+    run(main())
+
+
+def test_window_timeouts_cancels_and_changes(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        limiter, other = window_on(redis_url, 2, 3600), window_on(redis_url, 2, 3600)
+        await limiter.acquire(2)
+        with pytest.raises(TimeoutError):
+            await other.acquire(1, timeout=1)  # the window frees in an hour
+        waiter = asyncio.ensure_future(other.acquire(1))
+        await asyncio.sleep(0.05)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        for _ in range(100):  # the cancel reaches Redis from the limiter's task
+            if not other._server:
+                break
+            await asyncio.sleep(0.01)
+        await other.set_rate(4)  # 4 in an hour from now on: 2 more
+        assert await limiter.try_acquire(2)
+        assert not await limiter.try_acquire(1)  # the cancelled one left the log: 4 in all, not 5
+        await other.store.redis.aclose()
+        await closed(limiter, None)
 
     run(main())

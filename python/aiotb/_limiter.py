@@ -182,13 +182,13 @@ class Limiter(Bucket):
     @classmethod
     def _over_redis(cls) -> Self:
         """A new limiter of the class that waits on rates in Redis, or TypeError."""
-        from ._redis_limiter import RedisLimiter
+        from ._redis_limiter import RedisLimiter, RedisWindowLimiter
 
         if issubclass(cls, RedisLimiter):
             return super().__new__(cls)
-        if cls is not Limiter:
-            raise TypeError(f"store=RedisStore(...) works with Limiter itself, not {cls.__name__}")
-        return cast(Self, Bucket.__new__(RedisLimiter))
+        if cls is not Limiter and cls is not WindowLimiter:
+            raise TypeError(f"store=RedisStore(...) works with Limiter and WindowLimiter themselves, not {cls.__name__}")
+        return cast(Self, Bucket.__new__(RedisLimiter if cls is Limiter else RedisWindowLimiter))
 
     def __init__(self, max_rate: float | None = None, time_period: float | None = None, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
@@ -271,7 +271,7 @@ class Limiter(Bucket):
                 if not self._window:
                     await self.acquire(tokens)
                     return await func(*args, **kwargs)
-                async with Slot(self, tokens):
+                async with self.slot(tokens):
                     return await func(*args, **kwargs)
 
             return limited
@@ -452,6 +452,9 @@ class WindowLimiter(Limiter):
 
     __slots__ = ()
 
-    def __init__(self, max_rate: float, time_period: float | None = None, *, fair: bool = True) -> None:
+    def __init__(self, max_rate: float, time_period: float | None = None, *, fair: bool = True,
+                 store: RedisStore | None = None) -> None:
+        if store is not None:  # a subclass that let store= through: its instance has no store behind it
+            raise TypeError(f"store= works with WindowLimiter itself, not {type(self).__name__}")
         spec, period_ns = _params.window(max_rate, time_period)
         self._setup([spec], period_ns, _params.flag("fair", fair), smallest_first=False)

@@ -1,47 +1,10 @@
--- A limiter's rates in one Redis hash (KEYS[1]): GCRA, as limits.c and _limits_py.py, in one script so that
--- every decision is one round trip and atomic. Time is the server's (TIME), so the clients' clocks do not
--- matter; where a server refuses TIME in scripts, the client's time in ARGV[3] stands in.
+-- A limiter's rates in one Redis hash (KEYS[1]): GCRA, as limits.c and _limits_py.py. Follows _redis_common.lua.
 --
--- Lua's numbers are doubles, exact for integers below 2^53. Instants are integer nanoseconds after the hash's
--- epoch `e` (a server time in microseconds); a rate's state F (the instant it is full again) and the pause
--- `p` are such instants. The client keeps a full refill at most 2^52 ns (52 days) and a pause at most 2^51 ns;
--- once now is 2^50 ns past the epoch, the epoch moves to now and every instant shifts by the same integer.
--- So every value stays below 2^53: exact. A token's need is rounded up to a whole nanosecond (limits.c: to a
--- sixteenth), never down, so the bound burst + rate * t holds.
---
--- ARGV: op, the definition (the rates the hash was created with: "ns_per_token,burst,initial;..."), the
--- client's time in microseconds, "1" to use it even where TIME works (tests drive time so), then op's own.
--- A reply is one string of words: a status (0 ok, 1 an amount above a burst, 3 not within the wait asked, 5 a
--- hash of another definition, then the stored one), then op's own words (one string parses faster than an array).
+-- A rate's state F (the instant it is full again) and the pause `p` are instants after the epoch. A token's need
+-- is rounded up to a whole nanosecond (limits.c: to a sixteenth), never down, so the bound burst + rate * t holds.
+-- The definition is the rates the hash was created with: "ns_per_token,burst,initial;...".
 
-local OK, EINVAL, ETOOLATE, EMISMATCH = 0, 1, 3, 5
-local REBASE_AT = 2 ^ 50
-
-local key, op, definition = KEYS[1], ARGV[1], ARGV[2]
-
-local function int(x)  -- an integer double as a decimal string, every digit kept
-    return string.format('%.0f', x)
-end
-
-local function reply(status, ...)  -- the reply: status and words (integers, or strings as they are)
-    local words = {status, ...}
-    for j, w in ipairs(words) do
-        if type(w) == 'number' then
-            words[j] = int(w)
-        end
-    end
-    return table.concat(words, ' ')
-end
-
-local function clock_us()  -- now, in microseconds: the server's clock, else the client's
-    if ARGV[4] ~= '1' then
-        local ok, t = pcall(redis.call, 'TIME')
-        if ok then
-            return tonumber(t[1]) * 1000000 + tonumber(t[2])
-        end
-    end
-    return tonumber(ARGV[3])
-end
+local key = KEYS[1]
 
 -- The state: rates r[i] = {t = ns per token, b = burst, k = burst in ns, f = F}, epoch e, pause p (or nil).
 local function created(now_us)  -- a fresh state from the definition, holding each rate's initial tokens
@@ -76,11 +39,11 @@ end
 local function since_epoch(s, now_us)  -- now in ns after the epoch, moving the epoch first when it is far
     local now = (now_us - s.e) * 1000
     if now >= REBASE_AT then
-        for _, r in ipairs(s.r) do
-            r.f = r.f - now
+        for _, r in ipairs(s.r) do  -- an instant past is as good as now: kept at the new epoch, not below it
+            r.f = math.max(r.f - now, 0)
         end
         if s.p then
-            s.p = s.p - now
+            s.p = math.max(s.p - now, 0)
         end
         s.e, now, s.rebased = now_us, 0, true
     end
@@ -161,7 +124,7 @@ if op == 'reserve' then  -- amount, most ns to wait (-1: any): 0, delay, at, the
         return reply(EINVAL)
     end
     local at = fit_at(s, amount, now)
-    if wait >= 0 and at - now > wait then
+    if (wait >= 0 and at - now > wait) or at - now > HORIZON then
         return reply(ETOOLATE, at - now)
     end
     local record = {int(s.e)}

@@ -34,9 +34,9 @@ import time
 from typing import Any, Coroutine, Sequence
 
 from . import _params
-from ._limiter import Limiter
+from ._limiter import Limiter, WindowLimiter
 from ._store import StoreError, StoreUnavailable
-from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisStore, Reserved, definition
+from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisStore, Reserved, definition, window_definition
 
 STALE_AFTER = 0.005  # s: a reservation reached later than this (and than a token's time) is stale
 RETRY_AFTER = 1.0  # s: with on_error "allow" or a fallback, how long Redis is left alone after it failed
@@ -46,11 +46,13 @@ _FALLBACK = object()  # a waiter's result: take from the fallback limiter
 class _Waiter:
     """One task waiting in the limiter's queue."""
 
-    __slots__ = ("future", "amount", "deadline", "enqueued", "expiry", "restarted")
+    __slots__ = ("future", "amount", "hold", "deadline", "enqueued", "expiry", "restarted")
 
-    def __init__(self, future: asyncio.Future[object], amount: float, deadline: float | None, now: float) -> None:
-        self.future = future
+    def __init__(self, future: asyncio.Future[object], amount: float, hold: bool, deadline: float | None,
+                 now: float) -> None:
+        self.future = future  # its result: the Reserved it was granted, None (let through), or _FALLBACK
         self.amount = amount
+        self.hold = hold  # a window's grant held until its block ends
         self.deadline = deadline  # loop time, None for none
         self.enqueued = now
         self.expiry: asyncio.TimerHandle | None = None  # fails it at its deadline while it waits behind others
@@ -60,12 +62,13 @@ class _Waiter:
 class _Slot:
     """The one reservation the limiter holds: for the head waiter, granted at loop time ``at``."""
 
-    __slots__ = ("reserved", "at", "amount")
+    __slots__ = ("reserved", "at", "amount", "hold")
 
-    def __init__(self, reserved: Reserved, at: float, amount: float) -> None:
+    def __init__(self, reserved: Reserved, at: float, amount: float, hold: bool) -> None:
         self.reserved = reserved
         self.at = at
         self.amount = amount
+        self.hold = hold
 
 
 class RedisLimiter(Limiter):
@@ -74,7 +77,8 @@ class RedisLimiter(Limiter):
     limiter.try_acquire()``, ``has_capacity``, ``read_tokens``, ``set_rate``, ``penalize``,
     ``retry_after``."""
 
-    __slots__ = ("_store", "_definition", "_queue", "_server", "_loop", "_counts", "_down_until", "_stale_after")
+    __slots__ = ("_store", "_definition", "_queue", "_server", "_loop", "_counts", "_down_until", "_stale_after",
+                 "_held")
 
     def __init__(self, max_rate: float | None = None, time_period: float | None = None, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
@@ -85,8 +89,13 @@ class RedisLimiter(Limiter):
         for r in checked:
             _check_refill(r.burst, r.ns_per_token)
         self._setup(checked, None, _params.flag("fair", fair), smallest_first=False)
+        self._over(store, definition([r.engine() for r in checked]))
+
+    def _over(self, store: RedisStore, definition: str) -> None:
+        """Serves the limits of definition in store."""
         self._store = store
-        self._definition = definition([r.engine() for r in checked])
+        self._definition = definition
+        self._held: list[bytes] = []  # records of grants held by `async with` blocks (a window's)
         self._queue: collections.deque[_Waiter] = collections.deque()
         self._server: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -102,16 +111,24 @@ class RedisLimiter(Limiter):
     # ---- the public API, on the rates in Redis ----
 
     async def __aenter__(self) -> None:
-        await self.acquire()
+        record = await self._acquire(1.0, None, hold=self._window)
+        if record is not None:
+            self._held.append(record)
 
     async def __aexit__(self, *exc_info: object) -> None:
-        return None
+        if self._held:
+            await self._end_hold_of(self._held.pop())
+
+    def slot(self, amount: float = 1) -> RedisSlot:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+        """``async with limiter.slot(amount):`` as ``Limiter.slot``: a window's grant is held in
+        Redis until the block exits (one more round trip then)."""
+        return RedisSlot(self, self._checked_amount(amount))
 
     def acquire(self, amount: float = 1, timeout: float | None = None) -> Coroutine[Any, Any, None]:
         """Waits for ``amount`` tokens from Redis; with ``timeout``, TimeoutError at once, taking
         nothing, if they cannot come within it."""
         Limiter.acquire(self, amount, timeout).close()  # the amount and the timeout, checked by the engine
-        return self._acquire(float(amount), None if timeout is None else float(timeout))
+        return self._acquired(float(amount), None if timeout is None else float(timeout))
 
     async def try_acquire(self, amount: float = 1) -> bool:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
         """Takes ``amount`` tokens if every rate has them now (one round trip); False if not, or if
@@ -126,8 +143,8 @@ class RedisLimiter(Limiter):
             reserved = await self._store.reserve(self._definition, x, 0)
         except StoreError as error:
             return await self._without_store(x, blocking=False, error=error)
-        if reserved is None:
-            return False
+        if not isinstance(reserved, Reserved):
+            return False  # not now, or only once held grants end
         self._count_grant(x, None, reserved)
         return True
 
@@ -160,10 +177,18 @@ class RedisLimiter(Limiter):
         i = _params.index(index, len(self._rates))
         old = self._rates[i]
         period = old.time_period if time_period is None else time_period
-        spec = _params.rate("", max_rate, period, old.burst if burst is None else burst)
-        _check_refill(spec.burst, spec.ns_per_token)
-        await self._store.set_rate(self._definition, i, spec.ns_per_token, spec.burst)
-        Limiter._set_rate(self, i, spec.ns_per_token, spec.burst)  # amounts are checked against it
+        if self._window:
+            if burst is not None:
+                raise TypeError("a window takes no burst: its limit is max_rate")
+            spec, ns = _params.window(max_rate, period)
+            _check_refill(1, ns)
+            await self._store.set_window(self._definition, ns, spec.max_rate)
+            Limiter._set_window(self, ns, spec.max_rate)  # amounts are checked against it
+        else:
+            spec = _params.rate("", max_rate, period, old.burst if burst is None else burst)
+            _check_refill(spec.burst, spec.ns_per_token)
+            await self._store.set_rate(self._definition, i, spec.ns_per_token, spec.burst)
+            Limiter._set_rate(self, i, spec.ns_per_token, spec.burst)  # amounts are checked against it
         self._rates = [*self._rates[:i], spec, *self._rates[i + 1:]]
 
     async def penalize(self, seconds: float) -> None:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
@@ -203,7 +228,11 @@ class RedisLimiter(Limiter):
 
     # ---- waiting ----
 
-    async def _acquire(self, amount: float, timeout: float | None) -> None:
+    async def _acquired(self, amount: float, timeout: float | None) -> None:
+        await self._acquire(amount, timeout)
+
+    async def _acquire(self, amount: float, timeout: float | None, hold: bool = False) -> bytes | None:
+        """Waits for amount; the record of the grant if Redis made it and it is held, else None."""
         loop = self._check_loop()
         now = loop.time()
         if timeout is not None and self._queue and not self._store_down():
@@ -212,11 +241,11 @@ class RedisLimiter(Limiter):
                 delay = await self._store.fit_delay(self._definition, ahead)
             except StoreError as error:
                 await self._without_store(amount, blocking=True, error=error)
-                return
+                return None
             if delay > timeout * 1e9:
                 self._counts[6] += 1
                 raise TimeoutError(f"{amount!r} tokens cannot be granted within {timeout!r} s")
-        waiter = _Waiter(loop.create_future(), amount, None if timeout is None else now + timeout, now)
+        waiter = _Waiter(loop.create_future(), amount, hold, None if timeout is None else now + timeout, now)
         if waiter.deadline is not None and self._queue:
             waiter.expiry = loop.call_at(waiter.deadline, self._expire, waiter)
         self._queue.append(waiter)
@@ -234,6 +263,14 @@ class RedisLimiter(Limiter):
             raise
         if result is _FALLBACK:
             await self._store.on_error.acquire(amount)  # type: ignore[union-attr]
+        return result.record if hold and isinstance(result, Reserved) else None
+
+    async def _end_hold_of(self, record: bytes) -> None:
+        """Ends a held grant's hold in Redis; should Redis not answer, it ends by itself later (stricter)."""
+        try:
+            await self._store.end_hold(self._definition, record)
+        except StoreError:
+            pass
 
     def _expire(self, waiter: _Waiter) -> None:
         """A waiter's deadline passed while it waited behind others."""
@@ -284,11 +321,15 @@ class RedisLimiter(Limiter):
             return None
         wait = -1 if waiter.deadline is None else max(0, round((waiter.deadline - loop.time()) * 1e9))
         try:
-            reserved = await self._store.reserve(self._definition, waiter.amount, wait)
+            reserved = await self._store.reserve(self._definition, waiter.amount, wait, waiter.hold)
         except (StoreError, ValueError) as error:
             self._settle_without_store(waiter, error)
             return None
-        slot = None if reserved is None else _Slot(reserved, loop.time() + reserved.delay / 1e9, waiter.amount)
+        if isinstance(reserved, int):  # it fits only once held grants end: ask again when it would, were they to end now
+            await self._sleep_until(loop.time() + reserved / 1e9, waiter.future)
+            return None
+        slot = None if reserved is None else _Slot(reserved, loop.time() + reserved.delay / 1e9, waiter.amount,
+                                                   waiter.hold)
         if waiter.future.done():  # left while the script ran
             if slot is not None:
                 self._queue.popleft()
@@ -306,22 +347,22 @@ class RedisLimiter(Limiter):
         late = loop.time() - slot.at
         if late > self._stale_after and not waiter.restarted:
             try:
-                fresh = await self._store.reserve(self._definition, waiter.amount, 0)
+                fresh = await self._store.reserve(self._definition, waiter.amount, 0, waiter.hold)
             except (StoreError, ValueError) as error:
                 self._settle_without_store(waiter, error)
                 return None
             if waiter.future.done():
-                if fresh is not None:
+                if isinstance(fresh, Reserved):
                     self._queue.popleft()
-                    return await self._pass_on(_Slot(fresh, loop.time(), waiter.amount))
+                    return await self._pass_on(_Slot(fresh, loop.time(), waiter.amount, waiter.hold))
                 return None
-            if fresh is None:
+            if not isinstance(fresh, Reserved):
                 waiter.restarted = True
                 return None  # no room now: it reserves again, behind the others
-            slot = _Slot(fresh, loop.time(), waiter.amount)
+            slot = _Slot(fresh, loop.time(), waiter.amount, waiter.hold)
         self._queue.popleft()
         self._count_grant(waiter.amount, waiter.enqueued, slot.reserved)
-        waiter.future.set_result(None)
+        waiter.future.set_result(slot.reserved)
         return None
 
     async def _pass_on(self, slot: _Slot) -> _Slot | None:
@@ -330,7 +371,8 @@ class RedisLimiter(Limiter):
         for waiter in self._queue:
             if waiter.future.done():
                 continue
-            if waiter.amount <= slot.amount and (waiter.deadline is None or slot.at <= waiter.deadline):
+            if (waiter.amount <= slot.amount and waiter.hold == slot.hold
+                    and (waiter.deadline is None or slot.at <= waiter.deadline)):
                 if waiter.expiry is not None:
                     waiter.expiry.cancel()
                 return slot
@@ -439,6 +481,62 @@ class RedisLimiter(Limiter):
     def _stats(self) -> tuple[int, float, int, float, float, int, int]:
         granted, tokens, waits, total, most, cancelled, timeouts = self._counts
         return (int(granted), float(tokens), int(waits), float(total), float(most), int(cancelled), int(timeouts))
+
+
+class RedisWindowLimiter(RedisLimiter, WindowLimiter):  # pyright: ignore[reportIncompatibleMethodOverride]
+    """``WindowLimiter(..., store=RedisStore(redis, key))``: at most ``max_rate`` tokens in any
+    window of ``time_period`` seconds, over every client of the key, exact on the server's instants.
+    A grant taken by ``async with``, ``slot`` or a decorator is held until its block exits (see
+    ``WindowLimiter``); a bare ``acquire`` counts from its grant."""
+
+    __slots__ = ()
+
+    def __init__(self, max_rate: float, time_period: float | None = None, *, fair: bool = True,
+                 store: RedisStore | None = None) -> None:
+        if not isinstance(store, RedisStore):
+            raise TypeError(f"store must be a RedisStore, got {store!r}")
+        spec, period_ns = _params.window(max_rate, time_period)
+        _check_refill(1, period_ns)
+        self._setup([spec], period_ns, _params.flag("fair", fair), smallest_first=False)
+        self._over(store, window_definition(period_ns, spec.max_rate))
+
+
+class RedisSlot:
+    """``async with limiter.slot(amount):`` over a RedisStore: a window's grant is held in Redis
+    until the block exits or ``release()``."""
+
+    __slots__ = ("_limiter", "_amount", "_record", "_ending")
+
+    def __init__(self, limiter: RedisLimiter, amount: float) -> None:
+        self._limiter = limiter
+        self._amount = amount
+        self._record: bytes | None = None
+        self._ending: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> None:
+        self._record = await self._limiter._acquire(self._amount, None, hold=self._limiter._window)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        record, self._record = self._record, None
+        if record is not None:
+            await self._limiter._end_hold_of(record)
+        elif self._ending is not None:
+            await self._ending
+
+    @property
+    def held(self) -> bool:
+        """Whether the slot holds a window's grant now: entered, and neither exited nor released."""
+        return self._record is not None
+
+    def release(self) -> None:
+        """Ends the hold now, before the block exits (its round trip to Redis runs on the loop; the
+        block's exit waits for it); once only."""
+        record, self._record = self._record, None
+        if record is not None:
+            self._ending = asyncio.get_running_loop().create_task(self._limiter._end_hold_of(record))
+
+    def __repr__(self) -> str:
+        return f"<RedisSlot of {self._amount!r} on {self._limiter!r}>"
 
 
 def _check_refill(burst: float, ns_per_token: float) -> None:

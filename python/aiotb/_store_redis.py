@@ -24,10 +24,12 @@ except ImportError:  # RedisStore() says what to install
 OnError = Literal["raise", "allow"]
 _UNAVAILABLE = ("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN")  # errors of a server not
                                                                                          # ready to answer now
-_STATUSES = (b"0", b"1", b"3", b"5")  # the script's: ok, above a burst, not within the wait, another definition
+_STATUSES = (b"0", b"1", b"3", b"4", b"5")  # the scripts': ok, above what a grant may take, not within the wait,
+                                            # not before held grants end, another definition
 MAX_REFILL_NS = 1 << 52  # the longest full refill the script keeps exact (52 days)
 MAX_PAUSE_NS = 1 << 51   # the longest pause it keeps exact (26 days)
-_SCRIPT = resources.files("aiotb").joinpath("_redis_gcra.lua").read_text(encoding="utf-8")
+_SCRIPTS = {name: "".join(resources.files("aiotb").joinpath(f"_redis_{part}.lua").read_text(encoding="utf-8")
+                          for part in ("common", name)) for name in ("gcra", "window")}
 
 
 class Reserved(NamedTuple):
@@ -50,7 +52,7 @@ class RedisStore:
     ``"allow"`` let it through unlimited (unsafe: the quota is not kept while Redis is away), or
     a local ``Limiter`` to take from instead, until Redis answers again."""
 
-    __slots__ = ("_redis", "_key", "_on_error", "_script", "_client_clock", "_url")
+    __slots__ = ("_redis", "_key", "_on_error", "_scripts", "_client_clock", "_url")
 
     def __init__(self, redis: Redis | str, key: str, *, on_error: OnError | Limiter = "raise") -> None:
         from ._limiter import Limiter
@@ -66,7 +68,7 @@ class RedisStore:
         self._url = redis if isinstance(redis, str) else None
         self._key = key
         self._on_error: OnError | Limiter = on_error
-        self._script = client.register_script(_SCRIPT)
+        self._scripts = {name: client.register_script(text) for name, text in _SCRIPTS.items()}
         self._client_clock = False  # True: the script takes the client's time even where TIME works (tests)
 
     @property
@@ -95,7 +97,7 @@ class RedisStore:
             raise TypeError(f"a KeyedLimiter over a RedisStore takes str or int keys, got {key!r}")
         child = object.__new__(RedisStore)
         child._redis, child._url, child._on_error = self._redis, self._url, self._on_error
-        child._script, child._client_clock = self._script, self._client_clock
+        child._scripts, child._client_clock = self._scripts, self._client_clock
         child._key = f"{self._key}:{key}"
         return child
 
@@ -107,16 +109,24 @@ class RedisStore:
 
     # ---- the script's operations; definition: the rates as the script's definition string ----
 
-    async def reserve(self, definition: str, amount: float, wait_ns: int) -> Reserved | None:
-        """Reserves amount at the first instant every rate grants it, if that is at most wait_ns
-        from now (wait_ns < 0: whenever); None if it is later. ValueError above a burst."""
-        words = await self._run(definition, "reserve", repr(float(amount)), str(wait_ns))
+    async def reserve(self, definition: str, amount: float, wait_ns: int, hold: bool = False) -> Reserved | int | None:
+        """Reserves amount at the first instant every limit grants it, if that is at most wait_ns
+        from now (wait_ns < 0: whenever); None if it is later. A window's grant held (until
+        end_hold) if hold; the ns after which to ask again, when it would fit only once held grants
+        end. ValueError above a burst."""
+        words = await self._run(definition, "reserve", repr(float(amount)), str(wait_ns), "1" if hold else "0")
         status = words[0]
         if status == b"0":
             return Reserved(int(words[1]), b" ".join(words[3:]), int(words[3]) * 1000 + int(words[2]))
         if status == b"3":
             return None
-        raise ValueError(f"amount must not exceed the burst of {self!r}'s rates, got {amount!r}")
+        if status == b"4":
+            return int(words[1])
+        raise ValueError(f"amount must not exceed what one grant of {self!r} may take, got {amount!r}")
+
+    async def end_hold(self, definition: str, record: bytes) -> None:
+        """Ends the hold of a window's grant now: from now on it is inside the windows of this instant only."""
+        await self._run(definition, "end_hold", record)
 
     async def cancel(self, definition: str, record: bytes) -> int:
         """Gives a reservation back to each rate nobody reserved from since; how many rates took it back."""
@@ -137,6 +147,10 @@ class RedisStore:
         """Changes rate index (from 0) for every client, keeping the tokens held now, at most the new burst."""
         await self._run(definition, "set_rate", str(index + 1), repr(ns_per_token), repr(burst))
 
+    async def set_window(self, definition: str, period_ns: int, limit: float) -> None:
+        """Changes a window's period and limit for every client, from now on."""
+        await self._run(definition, "set_rate", str(period_ns), repr(limit))
+
     async def pause(self, definition: str, span_ns: int) -> int:
         """No grant for span_ns from the server's now (a later pause only moves it later); ns until its end."""
         return int((await self._run(definition, "pause", str(span_ns)))[1])
@@ -145,8 +159,11 @@ class RedisStore:
         """One round trip of the script: the words of its reply, status first (0, 1 or 3); its
         failures as StoreUnavailable, StoreCorrupt or ValueError."""
         try:
-            reply = await self._script(keys=[self.redis_key], args=[
-                op, definition, time.time_ns() // 1000, "1" if self._client_clock else "0", *args])
+            key = self.redis_key
+            window = definition.startswith("window")
+            reply = await self._scripts["window" if window else "gcra"](
+                keys=[key, key + ":log"] if window else [key],
+                args=[op, definition, time.time_ns() // 1000, "1" if self._client_clock else "0", *args])
         except ResponseError as error:
             if not str(error).startswith(_UNAVAILABLE):
                 raise StoreCorrupt(f"{self!r}: the key {self.redis_key!r} holds something that is not an aiotb "
@@ -162,9 +179,13 @@ class RedisStore:
         if words[0] == b"5":
             if len(words) < 2:
                 raise StoreCorrupt(f"{self!r}: the key {self.redis_key!r} is a hash that is not an aiotb limiter's")
-            theirs = words[1].decode()
-            raise ValueError(f"{self!r} holds a limiter of rates {describe(theirs)}, not {describe(definition)}: "
-                             f"every client must give it the same rates (or delete the key first)")
+            try:
+                theirs = describe(words[1].decode())
+            except (ValueError, ArithmeticError) as error:
+                raise StoreCorrupt(f"{self!r}: the key {self.redis_key!r} is a hash that is not an aiotb "
+                                   f"limiter's") from error
+            raise ValueError(f"{self!r} holds a limiter of {theirs}, not {describe(definition)}: every client must "
+                             f"give it the same limits (or delete the key first)")
         return words
 
 
@@ -173,13 +194,21 @@ def definition(rates: Sequence[tuple[float, float, float]]) -> str:
     return ";".join(f"{ns!r},{burst!r},{initial!r}" for ns, burst, initial in rates)
 
 
+def window_definition(period_ns: int, limit: float) -> str:
+    """The window script's definition of a window."""
+    return f"window {period_ns} {limit!r}"
+
+
 def describe(definition: str) -> str:
-    """A definition, in words."""
+    """A definition, in words; ValueError or ArithmeticError for one that is not aiotb's."""
+    if definition.startswith("window "):
+        _, period_ns, limit = definition.split()
+        return f"a window of at most {float(limit):.6g} in any {int(period_ns) / 1e9:.6g} s"
     parts = []
     for rate in definition.split(";"):
         ns, burst, initial = (float(x) for x in rate.split(","))
         parts.append(f"{1e9 / ns:.6g}/s burst {burst:.6g} initial {initial:.6g}")
-    return "[" + ", ".join(parts) + "]"
+    return "rates [" + ", ".join(parts) + "]"
 
 
 def _client(redis: object) -> Redis:

@@ -1,0 +1,44 @@
+-- What aiotb's two Redis scripts share (sent as the head of each): _redis_gcra.lua keeps rates (GCRA) in one
+-- hash, _redis_window.lua a strict sliding window in a hash and a sorted set. Each decision is one script run:
+-- one round trip, atomic. Time is the server's (TIME), so the clients' clocks do not matter; where a server
+-- refuses TIME in scripts, the client's time in ARGV[3] stands in.
+--
+-- Lua's numbers are doubles, exact for integers below 2^53. Instants are integer nanoseconds after the hash's
+-- epoch `e` (a server time in microseconds). The client keeps every span it gives at most 2^52 ns (52 days) and a
+-- pause at most 2^51 ns, and no reservation is made more than 2^51 ns ahead; once now is 2^50 ns past the epoch,
+-- the epoch moves to now and every instant shifts by the same integer (one already past moves to the new epoch:
+-- it is as good as now). So every value stays below 2^53: exact.
+--
+-- ARGV: op, the definition (what the key was created with), the client's time in microseconds, "1" to use it
+-- even where TIME works (tests drive time so), then op's own. A reply is one string of words (one string parses
+-- faster than an array): a status (0 ok, 1 an amount above what one grant may take, 3 not within the wait asked,
+-- 4 not before held grants end, 5 a key of another definition, then the stored one), then op's own words.
+
+local OK, EINVAL, ETOOLATE, HELD, EMISMATCH = 0, 1, 3, 4, 5
+local REBASE_AT = 2 ^ 50
+local HORIZON = 2 ^ 51  -- no reservation further ahead than this (26 days), so none reaches 2^53
+local op, definition = ARGV[1], ARGV[2]
+
+local function int(x)  -- an integer double as a decimal string, every digit kept
+    return string.format('%.0f', x)
+end
+
+local function reply(status, ...)  -- the reply: status and words (integers, or strings as they are)
+    local words = {status, ...}
+    for j, w in ipairs(words) do
+        if type(w) == 'number' then
+            words[j] = int(w)
+        end
+    end
+    return table.concat(words, ' ')
+end
+
+local function clock_us()  -- now, in microseconds: the server's clock, else the client's
+    if ARGV[4] ~= '1' then
+        local ok, t = pcall(redis.call, 'TIME')
+        if ok then
+            return tonumber(t[1]) * 1000000 + tonumber(t[2])
+        end
+    end
+    return tonumber(ARGV[3])
+end

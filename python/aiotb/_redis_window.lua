@@ -1,0 +1,181 @@
+-- A strict sliding window in Redis: at most N tokens granted in any window (t - P, t]. Follows _redis_common.lua.
+-- KEYS[1]: a hash of the epoch `e`, the pause `p`, the latest instant reserved `l`, a counter `q`, the window
+-- `P` (ns) and `N`; KEYS[2]: the log, a sorted set of grants (member "q:amount", ":h" added while held), scored
+-- by their instants after the epoch. The definition is "window P N" as created.
+--
+-- A grant at s is inside every window that ends before s + P. Windows ending at now or later are all that is
+-- checked, so grants at or before now - P are dropped. A grant fits at t when the grants in the log from
+-- t - P on, with it, are at most N; since that counts every grant later than t as well, a grant that fits at t
+-- keeps every later window too, whatever order reservations come in. Reservations are still made in order:
+-- none before the latest one made (`l`), so clients are served first come, first served.
+--
+-- A held grant (one in use inside `async with`) is scored at its instant + HOLD_LIMIT: inside every window until
+-- its hold ends (end_hold scores it at that instant) or that limit passes (a client that died holding it).
+-- A grant that would fit only once a held grant leaves is not reserved: the reply (4) says when it would fit were
+-- every hold to end now, and the client asks again then.
+
+local hash, log = KEYS[1], KEYS[2]
+local HOLD_LIMIT = 300e9  -- ns: the longest a grant is held without its end coming
+
+local function loaded(now_us)  -- the stored state, a fresh one, or nil and the stored definition
+    local v = redis.call('HMGET', hash, 'd', 'e', 'p', 'l', 'q', 'P', 'N')
+    if not v[1] then
+        if redis.call('EXISTS', hash) == 1 then
+            return nil, nil
+        end
+        local P, N = string.match(definition, '^window (%S+) (%S+)$')
+        return {e = now_us, q = 0, P = tonumber(P), N = tonumber(N), fresh = true}
+    end
+    if v[1] ~= definition then
+        return nil, v[1]
+    end
+    return {e = tonumber(v[2]), p = tonumber(v[3]), l = tonumber(v[4]), q = tonumber(v[5]), P = tonumber(v[6]),
+            N = tonumber(v[7])}
+end
+
+local function since_epoch(s, now_us)  -- now in ns after the epoch, moving the epoch (and the log) when it is far
+    local now = (now_us - s.e) * 1000
+    if now >= REBASE_AT then
+        redis.call('ZREMRANGEBYSCORE', log, '-inf', int(now - s.P))  -- what is left is later than now - P
+        local entries = redis.call('ZRANGE', log, 0, -1, 'WITHSCORES')
+        for j = 1, #entries, 2 do
+            redis.call('ZADD', log, int(tonumber(entries[j + 1]) - now), entries[j])
+        end
+        s.p = s.p and math.max(s.p - now, 0)  -- an instant past is as good as now
+        s.l = s.l and math.max(s.l - now, 0)
+        s.e, now = now_us, 0
+    end
+    return now
+end
+
+local function stored(s, now)  -- writes the state; hash and log expire once every grant has left every window
+    redis.call('HSET', hash, 'd', definition, 'e', int(s.e), 'q', int(s.q), 'P', int(s.P),
+               'N', string.format('%.17g', s.N), 'l', int(s.l or now))
+    if s.p then
+        redis.call('HSET', hash, 'p', int(s.p))
+    end
+    local last = math.max(s.l or now, s.p or now)
+    local newest = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+    if newest[2] then
+        last = math.max(last, tonumber(newest[2]))
+    end
+    local ms = math.max(1, math.ceil((last + s.P - now) / 1e6))
+    redis.call('PEXPIRE', hash, ms)
+    redis.call('PEXPIRE', log, ms)
+end
+
+local function grants(s, now)  -- the log's grants that windows ending at now or later can see, oldest first
+    redis.call('ZREMRANGEBYSCORE', log, '-inf', int(now - s.P))
+    local entries, out = redis.call('ZRANGE', log, 0, -1, 'WITHSCORES'), {}
+    for j = 1, #entries, 2 do
+        local amount, held = string.match(entries[j], '^%d+:([^:]+)(:?h?)$')
+        out[#out + 1] = {at = tonumber(entries[j + 1]), amount = tonumber(amount), held = held ~= ''}
+    end
+    return out
+end
+
+local function fit_at(s, amount, now)  -- the first instant at which amount fits, not before l and the pause;
+    local log_now = grants(s, now)     -- else nil and that instant were every hold to end now
+    local start = math.max(now, s.l or now, s.p or now)
+    local excess = amount - s.N
+    for _, g in ipairs(log_now) do
+        excess = excess + g.amount
+    end
+    if excess <= 0 then
+        return start
+    end
+    local left, last = 0, now
+    for _, g in ipairs(log_now) do  -- oldest first: each unheld grant leaves the windows at its at + P
+        if not g.held then
+            left = left + g.amount
+            last = math.max(last, g.at)
+            if left >= excess then
+                return math.max(start, g.at + s.P)
+            end
+        end
+    end
+    return nil, math.max(start, last + s.P, now + s.P)
+end
+
+local function used(s, now)  -- tokens in the window that ends at now, held ones included
+    local total = 0
+    for _, g in ipairs(grants(s, now)) do
+        total = total + g.amount
+    end
+    return total
+end
+
+local now_us = clock_us()
+local s, theirs = loaded(now_us)
+if not s then
+    return reply(EMISMATCH, theirs)
+end
+local now = since_epoch(s, now_us)
+
+if op == 'reserve' then  -- amount, most ns to wait (-1: any), "1" to hold it: 0, delay, at, record (epoch, member)
+    local amount, wait, hold = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
+    if amount > s.N then
+        return reply(EINVAL)
+    end
+    local at, as_if = fit_at(s, amount, now)
+    if not at then
+        if wait >= 0 and as_if - now > wait then
+            return reply(ETOOLATE, as_if - now)
+        end
+        return reply(HELD, as_if - now)
+    end
+    if (wait >= 0 and at - now > wait) or at - now > HORIZON then
+        return reply(ETOOLATE, at - now)
+    end
+    s.q, s.l = s.q + 1, at
+    local member = int(s.q) .. ':' .. ARGV[5] .. (hold and ':h' or '')
+    redis.call('ZADD', log, int(hold and at + HOLD_LIMIT or at), member)
+    stored(s, now)
+    return reply(OK, at - now, at, int(s.e), member)
+elseif op == 'cancel' then  -- a reservation's record: it leaves the log (fewer grants can only keep the bound)
+    local member = string.match(ARGV[5], '%S+$')
+    local at = tonumber(redis.call('ZSCORE', log, member))
+    local restored = redis.call('ZREM', log, member)
+    if at and at == s.l then  -- the latest: the next may come as early as the latest left
+        s.l = now
+        for _, g in ipairs(grants(s, now)) do
+            if not g.held then
+                s.l = math.max(s.l, g.at)
+            end
+        end
+        stored(s, now)
+    end
+    return reply(OK, restored)
+elseif op == 'end_hold' then  -- a held grant's record: from now on it is inside the windows of its end only
+    local member = string.match(ARGV[5], '%S+$')
+    local at = redis.call('ZSCORE', log, member)
+    if at and tonumber(at) > now then
+        redis.call('ZADD', log, 'XX', int(now), member)
+        return reply(OK, 1)
+    end
+    return reply(OK, 0)
+elseif op == 'tokens' then  -- 0, tokens now
+    if s.p and s.p > now then
+        return reply(OK, 0)
+    end
+    return reply(OK, string.format('%.17g', math.max(0, s.N - used(s, now))))
+elseif op == 'fit' then  -- amount: 0 and ns until it fits (were every hold to end now), or 1 above N
+    local amount = tonumber(ARGV[5])
+    if amount > s.N then
+        return reply(EINVAL)
+    end
+    local at, as_if = fit_at(s, amount, now)
+    return reply(OK, (at or as_if) - now)
+elseif op == 'set_rate' then  -- window: P in ns, N: from now on
+    s.P, s.N = tonumber(ARGV[5]), tonumber(ARGV[6])
+    stored(s, now)
+    return reply(OK)
+elseif op == 'pause' then  -- ns from now: no grant before then (a later pause only moves it later)
+    local until_ = now + tonumber(ARGV[5])
+    if not s.p or until_ > s.p then
+        s.p = until_
+    end
+    stored(s, now)
+    return reply(OK, s.p - now)
+end
+return redis.error_reply('aiotb: unknown operation ' .. tostring(op))
