@@ -11,7 +11,7 @@ as the reply's arrival plus the script's delay, never earlier than the server's 
 A host stalled by the scheduler, a GC pause or SIGSTOP wakes with at most that one grant due. Nor
 is it used as it stands: counted at its instant, it would come on top of the grants the other clients
 made meanwhile. A reservation reached more than ``STALE_AFTER`` (5 ms, and a token's time) after its
-instant is stale: its waiter takes the tokens afresh if they are free now, else reserves again
+instant (reckoned from when it was asked for, so that a stall while the script ran counts too) is stale: its waiter takes the tokens afresh if they are free now, else reserves again
 behind the others (once per waiter, so that an overloaded host does not starve), and the stale
 tokens are lost.
 
@@ -62,11 +62,12 @@ class _Waiter:
 class _Slot:
     """The one reservation the limiter holds: for the head waiter, granted at loop time ``at``."""
 
-    __slots__ = ("reserved", "at", "amount", "hold")
+    __slots__ = ("reserved", "at", "due", "amount", "hold")
 
-    def __init__(self, reserved: Reserved, at: float, amount: float, hold: bool) -> None:
+    def __init__(self, reserved: Reserved, sent: float, received: float, amount: float, hold: bool) -> None:
         self.reserved = reserved
-        self.at = at
+        self.at = received + reserved.delay / 1e9  # granted then: never before the server's instant
+        self.due = sent + reserved.delay / 1e9  # never after it: a stall while the script ran makes it late too
         self.amount = amount
         self.hold = hold
 
@@ -97,7 +98,7 @@ class RedisLimiter(Limiter):
         self._definition = definition
         self._held: list[bytes] = []  # records of grants held by `async with` blocks (a window's)
         self._queue: collections.deque[_Waiter] = collections.deque()
-        self._server: asyncio.Task[None] | None = None
+        self._server: asyncio.Task[Any] | None = None  # the task serving the queue's head
         self._loop: asyncio.AbstractEventLoop | None = None
         # granted, granted tokens, waits, wait s total, wait s max, cancelled, timeouts
         self._counts: list[float] = [0, 0.0, 0, 0.0, 0.0, 0, 0]
@@ -249,9 +250,12 @@ class RedisLimiter(Limiter):
         if waiter.deadline is not None and self._queue:
             waiter.expiry = loop.call_at(waiter.deadline, self._expire, waiter)
         self._queue.append(waiter)
-        if self._server is None:
-            self._server = loop.create_task(self._serve())
         try:
+            if self._server is None:
+                if len(self._queue) == 1:
+                    await self._serve_alone(waiter)
+                else:
+                    self._server = loop.create_task(self._serve(None))
             result = await waiter.future
         except asyncio.CancelledError:
             if waiter.future.done() and not waiter.future.cancelled():  # granted, never used: lost
@@ -278,10 +282,30 @@ class RedisLimiter(Limiter):
             self._counts[6] += 1
             waiter.future.set_exception(TimeoutError(f"{waiter.amount!r} tokens were not granted in time"))
 
-    async def _serve(self) -> None:
-        """Serves the queue's head until the queue is empty: reserve, sleep, grant."""
+    async def _serve_alone(self, waiter: _Waiter) -> None:
+        """The caller, alone in the queue, reserves for itself and is granted here if its grant is
+        due now (no task, no extra hop); a serving task takes over the rest: a wait, and whoever
+        queued meanwhile."""
+        loop = asyncio.get_running_loop()
+        self._server = asyncio.current_task()  # newcomers queue behind it and start no task of their own
+        slot = None
         try:
-            slot: _Slot | None = None
+            slot = await self._reserve_for(waiter)
+            if slot is not None and slot.at <= loop.time() and not waiter.future.done():
+                slot = await self._grant(waiter, slot)
+        except BaseException:
+            if not waiter.future.done():
+                waiter.future.cancel()  # the caller is cancelled: what it reserved is lost, never granted twice
+            raise
+        finally:
+            self._server = None
+            if self._queue:
+                self._server = loop.create_task(self._serve(slot))
+
+    async def _serve(self, slot: _Slot | None) -> None:
+        """Serves the queue's head until the queue is empty, starting with the head's slot if it has
+        one: reserve, sleep, grant."""
+        try:
             while self._queue:
                 waiter = self._queue[0]
                 if waiter.future.done():
@@ -319,7 +343,8 @@ class RedisLimiter(Limiter):
         if self._store_down():
             self._settle_without_store(waiter, None)
             return None
-        wait = -1 if waiter.deadline is None else max(0, round((waiter.deadline - loop.time()) * 1e9))
+        sent = loop.time()
+        wait = -1 if waiter.deadline is None else max(0, round((waiter.deadline - sent) * 1e9))
         try:
             reserved = await self._store.reserve(self._definition, waiter.amount, wait, waiter.hold)
         except (StoreError, ValueError) as error:
@@ -328,8 +353,7 @@ class RedisLimiter(Limiter):
         if isinstance(reserved, int):  # it fits only once held grants end: ask again when it would, were they to end now
             await self._sleep_until(loop.time() + reserved / 1e9, waiter.future)
             return None
-        slot = None if reserved is None else _Slot(reserved, loop.time() + reserved.delay / 1e9, waiter.amount,
-                                                   waiter.hold)
+        slot = None if reserved is None else _Slot(reserved, sent, loop.time(), waiter.amount, waiter.hold)
         if waiter.future.done():  # left while the script ran
             if slot is not None:
                 self._queue.popleft()
@@ -344,8 +368,9 @@ class RedisLimiter(Limiter):
     async def _grant(self, waiter: _Waiter, slot: _Slot) -> _Slot | None:
         """Grants the head its reservation, or, if it was reached stale, takes afresh or reserves again."""
         loop = asyncio.get_running_loop()
-        late = loop.time() - slot.at
+        late = loop.time() - slot.due
         if late > self._stale_after and not waiter.restarted:
+            sent = loop.time()
             try:
                 fresh = await self._store.reserve(self._definition, waiter.amount, 0, waiter.hold)
             except (StoreError, ValueError) as error:
@@ -354,12 +379,12 @@ class RedisLimiter(Limiter):
             if waiter.future.done():
                 if isinstance(fresh, Reserved):
                     self._queue.popleft()
-                    return await self._pass_on(_Slot(fresh, loop.time(), waiter.amount, waiter.hold))
+                    return await self._pass_on(_Slot(fresh, sent, loop.time(), waiter.amount, waiter.hold))
                 return None
             if not isinstance(fresh, Reserved):
                 waiter.restarted = True
                 return None  # no room now: it reserves again, behind the others
-            slot = _Slot(fresh, loop.time(), waiter.amount, waiter.hold)
+            slot = _Slot(fresh, sent, loop.time(), waiter.amount, waiter.hold)
         self._queue.popleft()
         self._count_grant(waiter.amount, waiter.enqueued, slot.reserved)
         waiter.future.set_result(slot.reserved)
