@@ -17,7 +17,12 @@ measures, against that server and with one client library (redis-py's redis.asyn
      two behind. Each grant is logged at the server's instant the script returned (ns since 1970 on
      the server's clock) and at its use instant (``time.monotonic_ns()`` as its task resumes); the
      store logs every reservation the script made;
-  3. the same 4 processes, one of them stopped with SIGSTOP for 150 ms every 2 s, in turn.
+  3. the same 4 processes, one of them stopped with SIGSTOP for 150 ms every 2 s, in turn;
+  4. a real client: 4 spawned processes, each an aiohttp session sending 150 requests through
+     ``Limiter(95, 1, burst=5, store=RedisStore(url, key))`` on one key, each request sent and read
+     inside ``async with limiter:``, to a local HTTP server in its own process that answers 429
+     above 100 requests in any sliding second (shared_workers.py's server role, with shared.py's
+     settings); then the same with an in-process ``Limiter(95, 1, burst=5)`` in each process.
 
 What a merged log says: the grants; the achieved rate, (grants - burst) over the first to the last
 instant; the most grants in any 1 s window [t, t + 1 s) against the bound burst + rate * 1 s, and how
@@ -67,10 +72,15 @@ TARGET_VS_PYRATE = 3.0
 TARGET_VS_LIMITS = 1.0
 TARGET_EXACT = 1e-6  # tokens of GCRA excess at the server's instants (the script's instants are exact ns)
 TARGET_SLACK_MS = 2.0  # steady p99 wake lateness <= one round trip + this
+TARGET_HTTP_RATE_PCT = 97.0  # case 4: the 200s' rate, in every run, against the limiter's rate
+
+HTTP_CLIENTS = 4
+HTTP_RATE, HTTP_BURST = 95.0, 5.0
+HTTP_REQUESTS = 600  # in all, HTTP_REQUESTS // HTTP_CLIENTS per process
 
 PROFILES = {
-    "full": {"rt_runs": 9, "rt_calls": 4_000, "shared_s": 30, "stopped_s": 20},
-    "quick": {"rt_runs": 5, "rt_calls": 1_000, "shared_s": 5, "stopped_s": 6},
+    "full": {"rt_runs": 9, "rt_calls": 4_000, "shared_s": 30, "stopped_s": 20, "http_runs": 5},
+    "quick": {"rt_runs": 5, "rt_calls": 1_000, "shared_s": 5, "stopped_s": 6, "http_runs": 1},
 }
 
 
@@ -354,6 +364,56 @@ def stopped(ctx: Any, url: str, seconds: float) -> dict[str, Any]:
     return out
 
 
+# ---- case 4: an HTTP client ----
+
+def http_run(ctx: Any, redis_url: str, in_redis: bool, seed: int) -> dict[str, Any]:
+    """4 processes send HTTP_REQUESTS through Limiter(95, 1, burst=5), over one key in Redis or one
+    in each process, to one strict server; what the server answered, and when."""
+    import numpy as np
+    from shared import SERVER
+
+    key = f"bench-http-{secrets.token_hex(4)}" if in_redis else None
+    server_spec = {"role": "server", "server": {**SERVER, "seed": seed}, "timeout": 300.0}
+    specs = [{"role": "client", "redis_url": redis_url, "key": key, "rate": HTTP_RATE, "burst": HTTP_BURST,
+              "requests": HTTP_REQUESTS // HTTP_CLIENTS} for _ in range(HTTP_CLIENTS)]
+    with crew(ctx, [server_spec] + specs) as (server, *clients):
+        url = server.receive(READY_TIMEOUT)
+        for client in clients:
+            client.conn.send(url)
+        release(clients)
+        done = results_of(clients, HTTP_REQUESTS / HTTP_RATE)
+        server.conn.send("stop")
+        arrivals = server.receive(RESULT_SLACK)["arrivals"]
+    ok = np.array(sorted(round(at * 1e9) for at, status in arrivals if status == 200), dtype=np.int64)
+    every = np.array(sorted(round(at * 1e9) for at, _ in arrivals), dtype=np.int64)
+    stats = bound_stats(ok, HTTP_RATE, HTTP_BURST)
+    statuses: dict[str, int] = {}
+    for d in done:
+        for status, count in d["statuses"].items():
+            statuses[status] = statuses.get(status, 0) + count
+    busiest_all = int((np.searchsorted(every, every + WINDOW_NS, side="left") - np.arange(every.size)).max())
+    return {"in_redis": in_redis, "requests": HTTP_REQUESTS, "statuses": statuses, "arrivals": len(arrivals),
+            "server_429": sum(1 for _, status in arrivals if status == 429), "ok": int(ok.size),
+            "rate_of_200s": stats.get("achieved_rate"), "busiest_200s": stats.get("max_in_window"),
+            "busiest_arrivals": busiest_all, "span_s": stats.get("span_s")}
+
+
+def real_client(ctx: Any, redis_url: str, runs: int) -> dict[str, Any]:
+    """Case 4: one key in Redis and an in-process limiter per process, runs times each, alternating."""
+    from shared import SERVER
+
+    out: dict[str, Any] = {"server": SERVER, "redis": [], "in-process": []}
+    for run in range(runs):
+        for key in ("redis", "in-process"):
+            started = time.monotonic()
+            out[key].append(http_run(ctx, redis_url, key == "redis", seed=run + 1))
+            out[key][-1]["elapsed_s"] = time.monotonic() - started
+            r = out[key][-1]
+            progress(f"case 4, {key}, run {run + 1}/{runs}: {r['statuses']}, server: {r['ok']} x 200, "
+                     f"{r['server_429']} x 429, 200s at {fmt(r['rate_of_200s'], '.2f')}/s ({r['elapsed_s']:.1f} s)")
+    return out
+
+
 # ---- the report ----
 
 def median(values: list[float]) -> float:
@@ -421,6 +481,15 @@ def target_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
                      f"{u['excess_tokens']:+.3f} tokens", u["excess_tokens"] <= PROCESSES))
         rows.append((name, "FIFO within each process", f"{r['stopped']['out_of_order_within']:,} out of order",
                      r["stopped"]["out_of_order_within"] == 0))
+    if "http" in r:
+        runs = r["http"]["redis"]
+        name = "4. aiohttp ×4, Limiter(95, 1, burst=5) over one key in Redis"
+        worst_429 = max(run["server_429"] for run in runs)
+        rows.append((name, f"0 × 429 (every run; the worst of {len(runs)})", f"{worst_429}", worst_429 == 0))
+        worst_rate = min(run["rate_of_200s"] or 0.0 for run in runs)
+        rows.append((name, f"200s at ≥ {TARGET_HTTP_RATE_PCT:g} % of 95/s (every run; the worst of {len(runs)})",
+                     f"{worst_rate:.2f}/s ({100 * worst_rate / HTTP_RATE:.1f} %)",
+                     100 * worst_rate / HTTP_RATE >= TARGET_HTTP_RATE_PCT))
     return rows
 
 
@@ -547,16 +616,49 @@ def stopped_section(s: dict[str, Any]) -> list[str]:
                       for stop in s["stops"])
     lines = [f"## 3. One process stopped for 150 ms, {len(s['stops'])} times in {s['seconds']:g} s", "",
              f"As case 2 with the clocks right; SIGSTOP, then SIGCONT 150 ms later, at {stops}. A stopped process "
-             "holds at most one reservation, its first waiter's. Reached more than 5 ms (and a token's time) late, "
-             "it is stale: the waiter takes the tokens afresh if they are free, else reserves again behind the "
-             "others, and the stale tokens are lost. A grant counted at its instant but used a little later can "
-             "still put a process's use one grant ahead at use instants.", "",
+             "holds at most one reservation, its first waiter's. Reached more than 5 ms (and a token's time) after "
+             "its instant as reckoned from when it was asked for (the request's sending plus the script's delay, so "
+             "a stall while the script ran counts too), it is stale: the waiter takes the tokens afresh if they are "
+             "free, else reserves again behind the others, and the stale tokens are lost. A grant counted at its "
+             "instant but used a little later can still put a process's use one grant ahead at use instants.", "",
              f"This run: {s['granted_over_5ms_after']} grant(s) made more than 5 ms after the server's instant (the "
              f"latest {s['granted_after_server_ms']['max']:.1f} ms after); the reserve round trips took up to "
              f"{s['round_trip_ms']['max']:.1f} ms; {sum(p['afresh'] for p in s['processes'])} grant(s) taken afresh; "
              f"{sum(p['not_granted'] for p in s['processes'])} reservation(s) not granted, of which "
              f"{sum(p['cancels'] for p in s['processes'])} cancelled as the processes stopped their tasks.", ""]
     return lines + run_tables([("stops", s)])
+
+
+def http_section(h: dict[str, Any]) -> list[str]:
+    server = h["server"]
+    lines = [f"## 4. aiohttp, {HTTP_CLIENTS} processes, a server that answers 429 above "
+             f"{server['max_requests']} requests in any sliding second", "",
+             f"{HTTP_REQUESTS} requests in all, {HTTP_REQUESTS // HTTP_CLIENTS} per process started together, each "
+             "sent and read inside `async with limiter:` (one aiohttp session per process); the server (its own "
+             f"process, 127.0.0.1) counts on arrival and takes {server['processing'] * 1e3:g} ms + "
+             f"0–{server['jitter'] * 1e3:g} ms to answer a request it lets through. Over Redis every process "
+             "builds `Limiter(95, 1, burst=5, store=RedisStore(url, key))` on one key (a new key each run), "
+             "connected before the start. Rate of 200s: (200s − burst) over the first to the last arrival answered "
+             "200. With a limiter in each process the four send at 4 × 95/s: the server lets 100 through in its "
+             "first second and more as its window slides, so the 200s bunch up and their first-to-last rate can "
+             "read above the server's limit; the most 200s in any second is what the server let through. The runs "
+             "alternate, one over Redis then one in-process; each starts its own processes (a run's time includes "
+             "starting them).", "",
+             "| limiter | run | 200 | 429 | rate of 200s /s | % of 95/s | most 200s in 1 s | most arrivals in 1 s | "
+             "run s |", "|:--|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for key, label in (("redis", "`Limiter(95, 1, burst=5, store=RedisStore(url, key))`, one key"),
+                       ("in-process", "`Limiter(95, 1, burst=5)` in each process")):
+        for i, run in enumerate(h[key], 1):
+            rate = run["rate_of_200s"]
+            lines.append(f"| {label} | {i} | {run['ok']} | {run['server_429']} | {fmt(rate, '.2f')} | "
+                         f"{fmt(100 * rate / HTTP_RATE if rate else None, '.1f')} | {fmt(run['busiest_200s'], 'd')} | "
+                         f"{run['busiest_arrivals']} | {run['elapsed_s']:.1f} |")
+    redis_runs = h["redis"]
+    worst = min(redis_runs, key=lambda run: run["rate_of_200s"] or 0.0)
+    runs = f"{len(redis_runs)} run{'s' if len(redis_runs) != 1 else ''}"
+    lines += ["", f"Over Redis, the worst of {runs}: {max(run['server_429'] for run in redis_runs)} × 429 at most, "
+              f"200s at {fmt(worst['rate_of_200s'], '.2f')}/s at least.", ""]
+    return lines
 
 
 def report(r: dict[str, Any], env: str) -> str:
@@ -567,6 +669,8 @@ def report(r: dict[str, Any], env: str) -> str:
         lines += shared_section(r["shared"])
     if "stopped" in r:
         lines += stopped_section(r["stopped"])
+    if "http" in r:
+        lines += http_section(r["http"])
     lines.append(f"The run took {r['elapsed_s']:.0f} s.")
     return "\n".join(lines) + "\n"
 
@@ -579,7 +683,7 @@ def versions() -> dict[str, Any]:
     from importlib.metadata import version
     from importlib.util import find_spec
 
-    return {name: version(name) for name in ("redis", "pyrate-limiter", "limits", "coredis", "numpy")} | {
+    return {name: version(name) for name in ("redis", "pyrate-limiter", "limits", "coredis", "numpy", "aiohttp")} | {
         "hiredis": find_spec("hiredis") is not None}
 
 
@@ -601,6 +705,7 @@ def main() -> None:
             "round_trips": lambda: round_trips(ctx, server.url, server.port, p["rt_runs"], p["rt_calls"]),
             "shared": lambda: shared_key(ctx, server.url, p["shared_s"]),
             "stopped": lambda: stopped(ctx, server.url, p["stopped_s"]),
+            "http": lambda: real_client(ctx, server.url, p["http_runs"]),
         }
         for key, run in cases.items():
             started = time.monotonic()

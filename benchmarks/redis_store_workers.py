@@ -4,7 +4,13 @@ Roles (spec["role"]):
 
   round_trips  case 1: every contender (``contenders``) on its own client and connection, timed in
                alternating runs of sequential awaits, with the server's CPU time over each run;
-  tasks        cases 2 and 3, described below.
+  tasks        cases 2 and 3, described below;
+  client       case 4: an aiohttp client through ``Limiter(rate, 1, burst=b, store=RedisStore(url, key))``,
+               or through an in-process ``Limiter(rate, 1, burst=b)`` when spec["key"] is None; it
+               connects (and loads the script) first, then receives the HTTP server's URL, says
+               "ready" and sends shared_workers.send_all's requests from the start instant, each
+               sent and read inside ``async with limiter:``;
+  server       case 4's HTTP server: shared_workers.serve (tests/http_server.py's RateLimitedServer).
 
 A tasks worker is a fresh process with one ``Limiter(rate, 1, burst=b, store=RedisStore(url, key))``
 whose store and engine log what they did (``LoggedStore``, ``LoggedLimiter``). It connects and loads
@@ -26,13 +32,14 @@ import time
 import traceback
 from typing import Any, Awaitable, Callable
 
+import shared_workers
 from aiotb import RedisStore
 from aiotb._redis_limiter import RedisLimiter
 from aiotb._store_redis import Reserved
 
 START_TIMEOUT = 120.0  # s a worker waits for its start instant
 SPIN_NS = 2_000_000  # the last 2 ms before the start are spun, not slept: the loop's timer rounds to 1 ms
-SERVER_EXIT_WITHIN = 2.0  # s for the limiter's serving task to finish once its waiters are cancelled
+SERVER_EXIT_WITHIN = 2.0  # s for the task serving the limiter's queue to finish once its waiters are cancelled
 WARMUP_CALLS = 300  # per contender before case 1's runs: connections made, scripts loaded
 
 
@@ -386,7 +393,35 @@ def median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
+# ---- case 4: an HTTP client ----
+
+def send_requests(spec: dict[str, Any], conn: Any) -> dict[str, Any]:
+    """spec["requests"] requests started together through the process's limiter: the statuses."""
+    return asyncio.run(send_through_limiter(spec, conn))
+
+
+async def send_through_limiter(spec: dict[str, Any], conn: Any) -> dict[str, Any]:
+    import aiohttp  # noqa: F401 - imported before the start, as the other processes start
+
+    from aiotb import Limiter
+
+    store = None if spec["key"] is None else RedisStore(spec["redis_url"], spec["key"])
+    limiter = Limiter(spec["rate"], 1, burst=spec["burst"], store=store)
+    if isinstance(limiter, RedisLimiter):
+        await limiter.read_tokens()  # connected, and the script loaded, before the start
+    if not conn.poll(START_TIMEOUT):
+        raise TimeoutError(f"no server URL within {START_TIMEOUT} s")
+    url = conn.recv()
+    start_ns = shared_workers.released(spec, conn)
+    statuses = await shared_workers.send_all(limiter, url, spec["requests"], start_ns)
+    if store is not None:
+        await store.redis.aclose()
+    return {"pid": os.getpid(), "statuses": {str(s): statuses.count(s) for s in sorted(set(statuses))}}
+
+
 ROLES: dict[str, Callable[[dict[str, Any], Any], dict[str, Any]]] = {
     "round_trips": round_trips,
     "tasks": take_in_tasks,
+    "client": send_requests,
+    "server": shared_workers.serve,
 }
