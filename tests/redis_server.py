@@ -46,11 +46,13 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server child process on 127.0.0.1; see the module's docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, *options: str) -> None:
+        """options: more of redis-server's command line (a cluster node's, say)."""
         executable = shutil.which("redis-server")
         if executable is None:
             raise RuntimeError("redis-server is not on PATH: the Redis tests need it (./run test installs it)")
         self.executable = executable
+        self.options = options
         self.port = 0
         self._process: subprocess.Popen[bytes] | None = None
         self._folder: tempfile.TemporaryDirectory[str] | None = None
@@ -132,7 +134,7 @@ class RedisServer:
         with open(folder / "output.log", "wb") as output:
             self._process = subprocess.Popen(
                 [self.executable, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-                 "--appendonly", "no", "--dir", str(folder), "--logfile", ""],
+                 "--appendonly", "no", "--dir", str(folder), "--logfile", "", *self.options],
                 stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:

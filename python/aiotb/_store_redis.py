@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Sequence
 from ._store import StoreCorrupt, StoreUnavailable
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
+    from redis.asyncio import Redis, RedisCluster
 
     from ._limiter import Limiter
 
@@ -45,7 +45,8 @@ class RedisStore:
     """``Limiter(100, 1, store=RedisStore(redis, "partner-api"))``: one quota for every client of
     that Redis key that builds its limiter with the same rates.
 
-    ``redis`` is a ``redis.asyncio.Redis`` client (redis-py 5 or later) or a ``redis://`` URL;
+    ``redis`` is a ``redis.asyncio.Redis`` or ``RedisCluster`` client (redis-py 5 or later) or a
+    ``redis://`` URL;
     ``key`` names the quota (the hash lives at ``aiotb:{key}``: one hash slot on a cluster). Time
     is the server's, so the clients' clocks do not matter. ``on_error`` says what a call does when
     Redis cannot answer: ``"raise"`` ``StoreUnavailable`` (the default; nothing is granted),
@@ -54,7 +55,7 @@ class RedisStore:
 
     __slots__ = ("_redis", "_key", "_on_error", "_scripts", "_client_clock", "_url")
 
-    def __init__(self, redis: Redis | str, key: str, *, on_error: OnError | Limiter = "raise") -> None:
+    def __init__(self, redis: Redis | RedisCluster | str, key: str, *, on_error: OnError | Limiter = "raise") -> None:
         from ._limiter import Limiter
 
         if not isinstance(key, str) or isinstance(key, bool):
@@ -72,7 +73,7 @@ class RedisStore:
         self._client_clock = False  # True: the script takes the client's time even where TIME works (tests)
 
     @property
-    def redis(self) -> Redis:
+    def redis(self) -> Redis | RedisCluster:
         """The client the store talks through."""
         return self._redis
 
@@ -104,7 +105,10 @@ class RedisStore:
     def __repr__(self) -> str:
         if self._url is not None:
             return f"RedisStore({self._url!r}, {self._key!r})"
-        where = self._redis.connection_pool.connection_kwargs
+        pool = getattr(self._redis, "connection_pool", None)
+        if pool is None:  # a cluster
+            return f"RedisStore(<{type(self._redis).__name__}>, {self._key!r})"
+        where = pool.connection_kwargs
         return f"RedisStore(<Redis {where.get('host', where.get('path'))}:{where.get('port', '')}>, {self._key!r})"
 
     # ---- the script's operations; definition: the rates as the script's definition string ----
@@ -211,16 +215,17 @@ def describe(definition: str) -> str:
     return "rates [" + ", ".join(parts) + "]"
 
 
-def _client(redis: object) -> Redis:
+def _client(redis: object) -> Redis | RedisCluster:
     """A redis.asyncio client from a client or a URL, or TypeError/RuntimeError."""
     try:
-        from redis.asyncio import Redis
+        from redis.asyncio import Redis, RedisCluster
     except ImportError as error:
         raise RuntimeError("RedisStore needs redis-py 5 or later: pip install 'aiotb[redis]'") from error
     if isinstance(redis, str):
         if not redis.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"redis must be a redis.asyncio.Redis client or a redis:// URL, got {redis!r}")
+            raise ValueError(f"redis must be a redis.asyncio.Redis or RedisCluster client or a redis:// URL, "
+                             f"got {redis!r}")
         return Redis.from_url(redis)
-    if not isinstance(redis, Redis):
-        raise TypeError(f"redis must be a redis.asyncio.Redis client or a redis:// URL, got {redis!r}")
+    if not isinstance(redis, (Redis, RedisCluster)):
+        raise TypeError(f"redis must be a redis.asyncio.Redis or RedisCluster client or a redis:// URL, got {redis!r}")
     return redis
