@@ -35,7 +35,7 @@ from typing import Any, Coroutine, Sequence
 
 from . import _params
 from ._limiter import Limiter, WindowLimiter
-from ._store import StoreError, StoreUnavailable
+from ._store import StoreCorrupt, StoreError, StoreUnavailable
 from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisStore, Reserved, definition, window_definition
 
 STALE_AFTER = 0.005  # s: a reservation reached later than this (and than a token's time) is stale
@@ -435,9 +435,12 @@ class RedisLimiter(Limiter):
         return self._store.on_error != "raise" and time.monotonic() < self._down_until
 
     def _settle_without_store(self, waiter: _Waiter, error: Exception | None) -> None:
-        """Answers the head waiter without Redis: the amount's ValueError, StoreUnavailable, or on_error's grant."""
+        """Answers the head waiter without Redis: the amount's ValueError, StoreCorrupt, StoreUnavailable, or
+        on_error's grant (on_error stands in for a Redis that cannot answer, not for one whose state is wrong)."""
         self._queue.popleft()
-        if isinstance(error, ValueError) or (error is not None and self._store.on_error == "raise"):
+        if waiter.future.done():  # it left while the script failed
+            return
+        if isinstance(error, (ValueError, StoreCorrupt)) or (error is not None and self._store.on_error == "raise"):
             self._counts[5] += 1
             waiter.future.set_exception(error)
             return
@@ -448,7 +451,7 @@ class RedisLimiter(Limiter):
     async def _without_store(self, amount: float, *, blocking: bool, error: StoreError | None = None) -> bool:
         """on_error's answer for a call that Redis did not answer (or is not asked now)."""
         on_error = self._store.on_error
-        if on_error == "raise":
+        if on_error == "raise" or isinstance(error, StoreCorrupt):
             assert error is not None
             raise error
         if error is not None:

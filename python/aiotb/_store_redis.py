@@ -173,7 +173,8 @@ class RedisStore:
                 raise StoreCorrupt(f"{self!r}: the key {self.redis_key!r} holds something that is not an aiotb "
                                    f"limiter's, or the server refused the script ({error})") from error
             raise StoreUnavailable(f"{self!r} did not answer: nothing was granted from it ({error})") from error
-        except (RedisError, OSError) as error:  # connection lost or refused, timed out, ...
+        except (RedisError, OSError, RuntimeError) as error:  # connection lost or refused, timed out, ... (uvloop
+            # raises RuntimeError on a write to a transport the peer reset: MagicStack/uvloop#506)
             raise StoreUnavailable(f"{self!r} did not answer: nothing was granted from it ({error})") from error
         if isinstance(reply, str):  # a client made with decode_responses=True
             reply = reply.encode()
