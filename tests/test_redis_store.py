@@ -7,7 +7,6 @@ tests/test_redis_faults.py."""
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import signal
 import time
@@ -18,22 +17,11 @@ import aiotb
 import pytest
 import redis.asyncio
 from redis_workers import take_for
+from spawned import excess, run_workers
 
 T = TypeVar("T")
 Run = Callable[[Awaitable[T]], T]
-SPAWN = multiprocessing.get_context("spawn")
-JOIN = 60.0  # s: the longest a worker may take
 KEY = "test-quota"
-
-
-def excess(instants: list[int], ns_per_token: float, burst: float) -> float:
-    """The most tokens by which any interval of the grants (one token each, int ns) exceeds burst + rate * t;
-    computed on instants after the first, as a float of ns since 1970 is only good to 256 ns."""
-    f, worst, first = -float("inf"), -float("inf"), min(instants)
-    for t in sorted(t - first for t in instants):
-        f = max(f, t) + ns_per_token
-        worst = max(worst, (f - t) / ns_per_token - burst)
-    return worst
 
 
 def limiter_on(lib: SimpleNamespace, url: str, *args: Any, key: str = KEY, **kwargs: Any) -> Any:
@@ -301,26 +289,9 @@ def test_a_second_loop_is_refused(redis_url: str) -> None:
 
 # ---- one bound over processes ----
 
-def run_workers(args_of: list[tuple[Any, ...]], during: Any = None) -> list[tuple[list[int], list[int]]]:
-    """Runs take_for(*args, ready, results) in spawned processes, which start together once all are ready;
-    during(processes) runs meanwhile, from that start."""
-    results, ready = SPAWN.Queue(), SPAWN.Barrier(len(args_of) + 1)
-    processes = [SPAWN.Process(target=take_for, args=(*args, ready, results)) for args in args_of]
-    for p in processes:
-        p.start()
-    ready.wait(JOIN)
-    if during is not None:
-        during(processes)
-    out = [results.get(timeout=JOIN) for _ in processes]
-    for p in processes:
-        p.join(JOIN)
-        assert p.exitcode == 0
-    return out
-
-
 def test_processes_share_one_bound(redis_url: str) -> None:
     rate, burst, n = 300, 5, 3
-    logs = run_workers([(redis_url, KEY, (rate, 1), {"burst": burst}, 5, 1_000_000_000)] * n)
+    logs = run_workers(take_for, [(redis_url, KEY, (rate, 1), {"burst": burst}, 5, 1_000_000_000)] * n)
     counted = [t for c, _ in logs for t in c]
     used = [t for _, u in logs for t in u]
     assert all(len(c) > 0 for c, _ in logs)  # every process was granted
@@ -339,7 +310,7 @@ def test_a_stopped_process_releases_no_backlog(redis_url: str) -> None:
         time.sleep(0.15)
         os.kill(processes[0].pid, signal.SIGCONT)
 
-    logs = run_workers([(redis_url, KEY, (rate, 1), {"burst": burst}, 10, 1_200_000_000)] * n, during=stop_one)
+    logs = run_workers(take_for, [(redis_url, KEY, (rate, 1), {"burst": burst}, 10, 1_200_000_000)] * n, during=stop_one)
     assert excess([t for c, _ in logs for t in c], 1e9 / rate, burst) <= 1e-6
     assert excess([t for _, u in logs for t in u], 1e9 / rate, burst) <= n + 1e-6
 

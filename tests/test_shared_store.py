@@ -9,7 +9,6 @@ loosely enough for a loaded machine. C engine only: the pure-Python engine has n
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import signal
 import time
@@ -23,13 +22,12 @@ import aiotb
 from aiotb import Limiter, SharedMemoryStore, StoreCorrupt, WindowLimiter
 from aiotb import _tokenbucket  # noqa: F401  (a failing C import must fail these tests)
 from shm_workers import logged, take_until, try_until
+from spawned import JOIN, SPAWN, excess, run_workers
 from virtual_loop import VirtualClockLoop
 
 # The run on the pure-Python engine (AIOTB_NO_EXTENSIONS=1) leaves the shared store out: it needs the C
 # engine, as tests/test_bad_input.py checks in that run too.
 pytestmark = pytest.mark.skipif(aiotb.IMPLEMENTATION != "c", reason="the pure-Python engine has no shared store")
-SPAWN = multiprocessing.get_context("spawn")
-JOIN = 60.0  # s: the longest a worker may take
 
 
 @pytest.fixture
@@ -38,32 +36,6 @@ def name() -> Iterator[str]:
     store_name = f"aiotb-test-{uuid.uuid4().hex[:16]}"
     yield store_name
     SharedMemoryStore.unlink(store_name)
-
-
-def excess(instants: list[int], ns_per_token: float, burst: float) -> float:
-    """The most tokens by which any interval of the grants (one token each) exceeds burst + rate * t."""
-    f, worst = -float("inf"), -float("inf")
-    for t in sorted(instants):
-        f = max(f, t) + ns_per_token
-        worst = max(worst, (f - t) / ns_per_token - burst)
-    return worst
-
-
-def run_workers(target: Any, args_of: list[tuple[Any, ...]], during: Any = None) -> list[tuple[int, list[int], list[int]]]:
-    """Runs target(*args, ready, results) in spawned processes, which start together once all are ready;
-    during(processes) runs meanwhile, from that start."""
-    results, ready = SPAWN.Queue(), SPAWN.Barrier(len(args_of) + 1)
-    processes = [SPAWN.Process(target=target, args=(*args, ready, results)) for args in args_of]
-    for p in processes:
-        p.start()
-    ready.wait(JOIN)
-    if during is not None:
-        during(processes)
-    out = [results.get(timeout=JOIN) for _ in processes]
-    for p in processes:
-        p.join(JOIN)
-        assert p.exitcode == 0
-    return out
 
 
 # ---- the store ----

@@ -291,6 +291,19 @@ class Limiter(Bucket):
         """Changes rate ``index`` from now on (``time_period``/``burst`` left out: unchanged).
         It keeps the tokens it holds, at most the new burst; queued waiters are re-timed at
         once, and those that can no longer be granted as promised are failed (see README)."""
+        i, spec, window_ns = self._changed_rate(max_rate, time_period, burst, index)
+        if window_ns is not None:
+            self._set_window(window_ns, spec.max_rate)
+        else:
+            self._set_rate(i, spec.ns_per_token, spec.burst)
+        self._rates = [*self._rates[:i], spec, *self._rates[i + 1:]]
+        self._time_precisely()
+        self._settle()
+
+    def _changed_rate(self, max_rate: float, time_period: float | None, burst: float | None,
+                      index: int) -> tuple[int, _params.Rate, int | None]:
+        """set_rate's parameters checked: the rate's index, the rate, and a window's period in ns (None
+        for a bucket's rate)."""
         i = _params.index(index, len(self._rates))
         old = self._rates[i]
         period = old.time_period if time_period is None else time_period
@@ -298,16 +311,10 @@ class Limiter(Bucket):
             if burst is not None:
                 raise TypeError("a window takes no burst: its limit is max_rate")
             spec, ns = _params.window(max_rate, period)
-            self._set_window(ns, spec.max_rate)
-        elif self._capacity_is_max_rate:
-            spec = _params.rate("", max_rate, period, burst, burst_below_one=burst is None)
-            self._set_rate(i, spec.ns_per_token, spec.burst)
-        else:
-            spec = _params.rate("", max_rate, period, old.burst if burst is None else burst)
-            self._set_rate(i, spec.ns_per_token, spec.burst)
-        self._rates = [*self._rates[:i], spec, *self._rates[i + 1:]]
-        self._time_precisely()
-        self._settle()
+            return i, spec, ns
+        if self._capacity_is_max_rate:
+            return i, _params.rate("", max_rate, period, burst, burst_below_one=burst is None), None
+        return i, _params.rate("", max_rate, period, old.burst if burst is None else burst), None
 
     def pause_until(self, when: float) -> None:
         """Grants nothing before loop time ``when`` (a later call can only move it later)."""

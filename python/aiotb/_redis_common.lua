@@ -42,3 +42,10 @@ local function clock_us()  -- now, in microseconds: the server's clock, else the
     end
     return tonumber(ARGV[3])
 end
+
+local function paused_until(p, until_)  -- the pause p (nil: none) after another until until_: the later of the two
+    if not p or until_ > p then
+        return until_
+    end
+    return p
+end

@@ -169,10 +169,7 @@ elseif op == 'set_rate' then  -- index, ns per token, burst: keeps the tokens he
     stored(s, now, true)
     return reply(OK)
 elseif op == 'pause' then  -- ns from now: no grant before then (a later pause only moves it later)
-    local until_ = now + tonumber(ARGV[5])
-    if not s.p or until_ > s.p then
-        s.p = until_
-    end
+    s.p = paused_until(s.p, now + tonumber(ARGV[5]))
     stored(s, now)
     return reply(OK, s.p - now)
 end

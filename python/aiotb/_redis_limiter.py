@@ -175,18 +175,12 @@ class RedisLimiter(Limiter):
         """Changes rate ``index`` for every client of the key (one round trip), keeping the tokens
         held now, at most the new burst. Clients that join later must still give the rates the key
         was created with."""
-        i = _params.index(index, len(self._rates))
-        old = self._rates[i]
-        period = old.time_period if time_period is None else time_period
-        if self._window:
-            if burst is not None:
-                raise TypeError("a window takes no burst: its limit is max_rate")
-            spec, ns = _params.window(max_rate, period)
-            _check_refill(1, ns)
-            await self._store.set_window(self._definition, ns, spec.max_rate)
-            Limiter._set_window(self, ns, spec.max_rate)  # amounts are checked against it
+        i, spec, window_ns = self._changed_rate(max_rate, time_period, burst, index)
+        if window_ns is not None:
+            _check_refill(1, window_ns)
+            await self._store.set_window(self._definition, window_ns, spec.max_rate)
+            Limiter._set_window(self, window_ns, spec.max_rate)  # amounts are checked against it
         else:
-            spec = _params.rate("", max_rate, period, old.burst if burst is None else burst)
             _check_refill(spec.burst, spec.ns_per_token)
             await self._store.set_rate(self._definition, i, spec.ns_per_token, spec.burst)
             Limiter._set_rate(self, i, spec.ns_per_token, spec.burst)  # amounts are checked against it
