@@ -176,6 +176,10 @@ class RedisStore:
         except (RedisError, OSError, RuntimeError) as error:  # connection lost or refused, timed out, ... (uvloop
             # raises RuntimeError on a write to a transport the peer reset: MagicStack/uvloop#506)
             raise StoreUnavailable(f"{self!r} did not answer: nothing was granted from it ({error})") from error
+        except (AttributeError, TypeError) as error:
+            if not _lost_connection(error):
+                raise
+            raise StoreUnavailable(f"{self!r} did not answer: nothing was granted from it ({error!r})") from error
         if isinstance(reply, str):  # a client made with decode_responses=True
             reply = reply.encode()
         words = reply.split() if isinstance(reply, bytes) else []
@@ -197,6 +201,16 @@ class RedisStore:
 def definition(rates: Sequence[tuple[float, float, float]]) -> str:
     """The script's definition of rates given as (ns_per_token, burst, initial)."""
     return ";".join(f"{ns!r},{burst!r},{initial!r}" for ns, burst, initial in rates)
+
+
+def _lost_connection(error: BaseException) -> bool:
+    """Whether error is asyncio's own, from a write on a transport whose connection was lost: Python 3.13's
+    selector transport raises AttributeError or TypeError there (CPython gh-136234)."""
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    code = frame.tb_frame.f_code if frame is not None else None
+    return code is not None and code.co_name == "writelines" and "asyncio" in code.co_filename
 
 
 def window_definition(period_ns: int, limit: float) -> str:
