@@ -53,6 +53,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import shared_workers
+from crew import READY_TIMEOUT, RESULT_SLACK, Worker, crew, release, results_of
+
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent / "tests"
 PROCESSES = 4
@@ -63,9 +66,6 @@ STEADY_AFTER_NS = 1_000_000_000  # lateness counts from 1 s after the start
 OFFSET_NS = 5_000_000_000  # the clocks of the second run of case 2: +5 s, -5 s, +5 s, -5 s
 STOP_NS, STOP_EVERY_NS = 150_000_000, 2_000_000_000
 STALE_NS = 5_000_000  # the limiter's rule: a reservation reached this late (and a token's time) is stale
-READY_TIMEOUT = 120.0  # s for every worker to start, connect and say ready
-RESULT_SLACK = 60.0  # s a worker may take beyond its run to send its result
-START_LEAD_NS = 300_000_000  # the start instant, this long after the last worker is ready
 
 TARGET_VS_INCR = 0.90
 TARGET_VS_PYRATE = 3.0
@@ -97,74 +97,14 @@ def redis_server() -> Iterator[Any]:
         yield server
 
 
-class Worker:
-    """A spawned process running redis_store_workers.main(spec) and the parent's end of its pipe."""
-
-    def __init__(self, ctx: Any, spec: dict[str, Any]) -> None:
-        import redis_store_workers
-
-        self.spec = spec
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=redis_store_workers.main, args=(spec, child), daemon=True)
-        self.process.start()
-        child.close()
-
-    def receive(self, timeout: float) -> Any:
-        """The worker's next message; RuntimeError for its error or its death, TimeoutError."""
-        if not self.conn.poll(timeout):
-            raise TimeoutError(f"worker {self.process.pid}: nothing within {timeout:.0f} s")
-        try:
-            message = self.conn.recv()
-        except EOFError:
-            self.process.join(5)
-            raise RuntimeError(f"worker {self.process.pid} died (exit code {self.process.exitcode})") from None
-        if isinstance(message, dict) and "error" in message:
-            raise RuntimeError(f"worker {self.process.pid} failed:\n{message['error']}")
-        return message
-
-    def kill(self) -> None:
-        """SIGKILL (which ends a stopped process too) if still running, and reap it."""
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(10)
-        self.conn.close()
-
-
 @contextmanager
-def crew(ctx: Any, specs: list[dict[str, Any]]) -> Iterator[list[Worker]]:
-    """One worker per spec, each killed and reaped when the case ends, however it ends."""
-    workers: list[Worker] = []
-    try:
-        workers.extend(Worker(ctx, spec) for spec in specs)
+def started(ctx: Any, specs: list[dict[str, Any]]) -> Iterator[list[Worker]]:
+    """One worker per spec (redis_store_workers.main), each killed and reaped when the case ends."""
+    import redis_store_workers
+
+    with crew() as workers:
+        workers.extend(Worker(ctx, spec, redis_store_workers.main) for spec in specs)
         yield workers
-    finally:
-        for worker in workers:
-            worker.kill()
-
-
-def release(workers: list[Worker]) -> int:
-    """Waits until every worker is ready, sends them one start instant, returns it."""
-    for worker in workers:
-        if worker.receive(READY_TIMEOUT) != "ready":
-            raise RuntimeError(f"worker {worker.process.pid} did not say ready")
-    start_ns = time.monotonic_ns() + START_LEAD_NS
-    for worker in workers:
-        worker.conn.send(start_ns)
-    return start_ns
-
-
-def results_of(workers: list[Worker], run_s: float) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + run_s + RESULT_SLACK
-    return [worker.receive(max(1.0, deadline - time.monotonic())) for worker in workers]
-
-
-def sleep_until(instant_ns: int) -> None:
-    """Returns at instant_ns (CLOCK_MONOTONIC): sleeps, then spins the last 2 ms."""
-    ahead = instant_ns - time.monotonic_ns() - 2_000_000
-    if ahead > 0:
-        time.sleep(ahead / 1e9)
-    while time.monotonic_ns() < instant_ns:
-        pass
 
 
 # ---- case 1: round trips on one connection ----
@@ -172,7 +112,7 @@ def sleep_until(instant_ns: int) -> None:
 def round_trips(ctx: Any, url: str, port: int, runs: int, count: int) -> dict[str, Any]:
     """Case 1, in one fresh process (redis_store_workers.round_trips)."""
     spec = {"role": "round_trips", "url": url, "port": port, "runs": runs, "calls": count}
-    with crew(ctx, [spec]) as (worker,):
+    with started(ctx, [spec]) as (worker,):
         return dict(worker.receive(READY_TIMEOUT + 60 * runs))
 
 
@@ -211,11 +151,11 @@ def run_shared(ctx: Any, url: str, seconds: float, offsets: list[int],
     that worker is stopped for STOP_NS. Their results, and the stops as made."""
     specs = specs_for(url, seconds, offsets)
     made: list[dict[str, Any]] = []
-    with crew(ctx, specs) as workers:
+    with started(ctx, specs) as workers:
         start_ns = release(workers)
         for after_ns, index in stops or []:
             pid = workers[index].process.pid
-            sleep_until(start_ns + after_ns)
+            shared_workers.spin_until(start_ns + after_ns)
             stopped = time.monotonic_ns()
             os.kill(pid, signal.SIGSTOP)
             time.sleep(STOP_NS / 1e9)
@@ -376,7 +316,7 @@ def http_run(ctx: Any, redis_url: str, in_redis: bool, seed: int) -> dict[str, A
     server_spec = {"role": "server", "server": {**SERVER, "seed": seed}, "timeout": 300.0}
     specs = [{"role": "client", "redis_url": redis_url, "key": key, "rate": HTTP_RATE, "burst": HTTP_BURST,
               "requests": HTTP_REQUESTS // HTTP_CLIENTS} for _ in range(HTTP_CLIENTS)]
-    with crew(ctx, [server_spec] + specs) as (server, *clients):
+    with started(ctx, [server_spec] + specs) as (server, *clients):
         url = server.receive(READY_TIMEOUT)
         for client in clients:
             client.conn.send(url)

@@ -29,10 +29,10 @@ import os
 import statistics
 import sys
 import time
-import traceback
 from typing import Any, Awaitable, Callable
 
 import shared_workers
+from crew import run_role
 from aiotb import RedisStore
 from aiotb._redis_limiter import RedisLimiter
 from aiotb._store_redis import Reserved
@@ -122,14 +122,7 @@ def record_instants(record: bytes) -> tuple[int, int, int]:
 
 def main(spec: dict[str, Any], conn: Any) -> None:
     """The process's entry point: runs spec's role, sends the result on conn."""
-    try:
-        result = ROLES[spec["role"]](spec, conn)
-    except BaseException:  # noqa: BLE001 - reported to the parent
-        conn.send({"error": traceback.format_exc()})
-    else:
-        conn.send(result)
-    finally:
-        conn.close()
+    run_role(ROLES, spec, conn)
 
 
 def take_in_tasks(spec: dict[str, Any], conn: Any) -> dict[str, Any]:

@@ -50,13 +50,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import shared_workers
+from crew import READY_TIMEOUT, RESULT_SLACK, Worker, crew, release, results_of
 
 HERE = Path(__file__).resolve().parent
 PROCESSES = 8
 WINDOW_NS = 1_000_000_000
-READY_TIMEOUT = 120.0  # s for every worker of a case to start and build its limiter
-RESULT_SLACK = 60.0  # s a worker may take beyond its run to send its result
-START_LEAD_NS = 300_000_000  # the start instant, this long after the last worker is ready
 STEADY_AFTER_S = 1.0
 
 TARGET_RATE_ERROR_PCT = 0.1
@@ -80,69 +78,10 @@ LOGGED_CALLS_PER_CORE_S = 6e6  # what one core could log, at most, calling try_a
 
 # ---- processes ----
 
-class Worker:
-    """A spawned process running shared_workers.main(spec) and the parent's end of its pipe."""
-
-    def __init__(self, ctx: Any, spec: dict[str, Any]) -> None:
-        self.spec = spec
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=shared_workers.main, args=(spec, child), daemon=True)
-        self.process.start()
-        child.close()
-
-    def receive(self, timeout: float) -> Any:
-        """The worker's next message; RuntimeError for its error or its death, TimeoutError."""
-        if not self.conn.poll(timeout):
-            raise TimeoutError(f"{self.spec['role']} worker {self.process.pid}: nothing within {timeout:.0f} s")
-        try:
-            message = self.conn.recv()
-        except EOFError:
-            self.process.join(5)
-            raise RuntimeError(f"{self.spec['role']} worker {self.process.pid} died "
-                               f"(exit code {self.process.exitcode})") from None
-        if isinstance(message, dict) and "error" in message:
-            raise RuntimeError(f"{self.spec['role']} worker {self.process.pid} failed:\n{message['error']}")
-        return message
-
-    def kill(self) -> None:
-        """SIGKILL (which ends a stopped process too) if still running, and reap it."""
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(10)
-        self.conn.close()
-
-
-@contextmanager
-def crew() -> Iterator[list[Worker]]:
-    """The workers of a case: each killed and reaped when the case ends, however it ends."""
-    workers: list[Worker] = []
-    try:
-        yield workers
-    finally:
-        for worker in workers:
-            worker.kill()
-
-
-def release(workers: list[Worker]) -> int:
-    """Waits until every worker is ready, sends them one start instant, returns it."""
-    for worker in workers:
-        if worker.receive(READY_TIMEOUT) != "ready":
-            raise RuntimeError(f"worker {worker.process.pid} did not say ready")
-    start_ns = time.monotonic_ns() + START_LEAD_NS
-    for worker in workers:
-        worker.conn.send(start_ns)
-    return start_ns
-
-
-def results_of(workers: list[Worker], run_s: float) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + run_s + RESULT_SLACK
-    return [worker.receive(max(1.0, deadline - time.monotonic())) for worker in workers]
-
-
 def run_together(ctx: Any, specs: list[dict[str, Any]], run_s: float) -> tuple[int, list[dict[str, Any]]]:
     """Starts one worker per spec at one instant; that instant and their results."""
     with crew() as workers:
-        workers.extend(Worker(ctx, spec) for spec in specs)
+        workers.extend(Worker(ctx, spec, shared_workers.main) for spec in specs)
         start_ns = release(workers)
         return start_ns, results_of(workers, run_s)
 
@@ -351,7 +290,7 @@ def faults(ctx: Any, seconds: int, seed: int = 1) -> dict[str, Any]:
           crew() as workers):
         logs = Path(tmp)
         specs = tasks_specs(name, logs, rate, burst, 50, seconds)
-        slots = [Worker(ctx, spec) for spec in specs]
+        slots = [Worker(ctx, spec, shared_workers.main) for spec in specs]
         workers.extend(slots)
         start_ns = release(slots)
         for second in range(1, seconds):
@@ -366,7 +305,7 @@ def faults(ctx: Any, seconds: int, seed: int = 1) -> dict[str, Any]:
             killed = slots[place]
             killed.process.kill()
             spec = {**killed.spec, "start_ns": start_ns, "log": str(logs / f"tasks-{len(workers)}.log")}
-            slots[place] = Worker(ctx, spec)
+            slots[place] = Worker(ctx, spec, shared_workers.main)
             workers.append(slots[place])
             events.append({"at_s": second, "killed": killed.process.pid, "by": slots[place].process.pid})
         left = max(0.0, (start_ns + seconds * 1e9 - time.monotonic_ns()) / 1e9)
@@ -385,12 +324,12 @@ def http_run(ctx: Any, shared: bool, requests: int, seed: int) -> dict[str, Any]
 
     rate, burst, clients = 95.0, 5.0, 4
     with segment("http") as name, crew() as workers:
-        server = Worker(ctx, {"role": "server", "server": {**SERVER, "seed": seed}, "timeout": 300.0})
+        server = Worker(ctx, {"role": "server", "server": {**SERVER, "seed": seed}, "timeout": 300.0}, shared_workers.main)
         workers.append(server)
         url = server.receive(READY_TIMEOUT)
         specs = [{"role": "client", "segment": name if shared else None, "rate": rate, "burst": burst,
                   "url": url, "requests": requests // clients} for _ in range(clients)]
-        clients_run = [Worker(ctx, spec) for spec in specs]
+        clients_run = [Worker(ctx, spec, shared_workers.main) for spec in specs]
         workers.extend(clients_run)
         release(clients_run)
         done = results_of(clients_run, requests / rate)

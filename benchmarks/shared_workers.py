@@ -22,10 +22,11 @@ import mmap
 import os
 import sys
 import time
-import traceback
 from array import array
 from pathlib import Path
 from typing import Any, Callable
+
+from crew import run_role
 
 START_TIMEOUT = 120.0  # s a worker waits for its start instant
 SPIN_NS = 2_000_000  # the last 2 ms before an instant are spun, not slept: the loop's timer rounds to 1 ms
@@ -35,14 +36,7 @@ PYRATE_NAME = "bench"
 
 def main(spec: dict[str, Any], conn: Any) -> None:
     """The process's entry point: runs spec's role, sends its result on conn."""
-    try:
-        result = ROLES[spec["role"]](spec, conn)
-    except BaseException:  # noqa: BLE001 - reported to the parent
-        conn.send({"error": traceback.format_exc()})
-    else:
-        conn.send(result)
-    finally:
-        conn.close()
+    run_role(ROLES, spec, conn)
 
 
 def released(spec: dict[str, Any], conn: Any) -> int:
