@@ -37,7 +37,7 @@ class LoggedLimiter(SharedLimiter):
         return True
 
     def try_acquire(self, amount: float = 1) -> bool:
-        return self._take_at_once(self._amount(amount))
+        return self._take_at_once(self._checked_amount(amount))
 
     async def __aenter__(self) -> None:
         if not self._take_at_once(1.0):

@@ -193,6 +193,26 @@ def test_a_waiter_behind_others_fails_at_once_when_its_timeout_cannot_be_met(run
     run(main())
 
 
+def test_a_waiter_with_a_timeout_keeps_its_place_while_its_timeout_is_checked(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        limiter = limiter_on(aiotb, redis_url, 20, 1, burst=1)
+        await limiter.acquire()
+        order: list[str] = []
+
+        async def take(name: str, timeout: float | None) -> None:
+            await limiter.acquire(1, timeout=timeout)
+            order.append(name)
+
+        head = asyncio.ensure_future(take("head", None))
+        await asyncio.sleep(0.01)
+        # one loop iteration: "timed" queues and checks its timeout (a round trip) as "plain" comes
+        await asyncio.gather(head, take("timed", 5), take("plain", None))
+        assert order == ["head", "timed", "plain"]
+        await closed(limiter, None)
+
+    run(main())
+
+
 def test_a_cancelled_waiter_gives_its_reservation_back(run: Run[None], redis_url: str) -> None:
     async def main() -> None:
         limiter = limiter_on(aiotb, redis_url, 1, 3600, burst=2)  # no refill to speak of within the test

@@ -172,9 +172,10 @@ class Limiter(Bucket):
         if issubclass(cls, SharedLimiter):
             return super().__new__(cls)
         if issubclass(cls, WindowLimiter):
-            raise TypeError("WindowLimiter takes no store: a sliding window must know the instant of every grant "
-                            "in it, which no compare-and-swap of one word keeps; Limiter(max_rate, time_period, "
-                            "burst=...) over the store keeps burst + rate * t in every interval (see README)")
+            raise TypeError("WindowLimiter takes no SharedMemoryStore: a sliding window must know the instant of "
+                            "every grant in it, which no compare-and-swap of one word keeps; Limiter(max_rate, "
+                            "time_period, burst=...) over the store keeps burst + rate * t in every interval (see "
+                            "README)")
         if cls is not Limiter:
             raise TypeError(f"store= works with Limiter itself, not {cls.__name__}")
         return cast(Self, Bucket.__new__(SharedLimiter))
@@ -392,6 +393,12 @@ class Limiter(Bucket):
         return ValueError(f"amount must not exceed burst ({self.burst!r}), got {amount!r}")
 
     # ---- internals ----
+
+    def _checked_amount(self, value: object) -> float:
+        """value as an amount a grant may take, checked as acquire checks it (by the engine, which takes
+        nothing here), for the limiters whose grants are decided by a store."""
+        Limiter.acquire(self, cast(float, value)).close()
+        return float(cast(float, value))
 
     def _drop_closed(self) -> None:
         """Drops the waiters of closed loops (before the engine moves onto another loop's clock)."""

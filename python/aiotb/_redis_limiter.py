@@ -11,9 +11,9 @@ as the reply's arrival plus the script's delay, never earlier than the server's 
 A host stalled by the scheduler, a GC pause or SIGSTOP wakes with at most that one grant due. Nor
 is it used as it stands: counted at its instant, it would come on top of the grants the other clients
 made meanwhile. A reservation reached more than ``STALE_AFTER`` (5 ms, and a token's time) after its
-instant (reckoned from when it was asked for, so that a stall while the script ran counts too) is stale: its waiter takes the tokens afresh if they are free now, else reserves again
-behind the others (once per waiter, so that an overloaded host does not starve), and the stale
-tokens are lost.
+instant (reckoned from when it was asked for, so that a stall while the script ran counts too) is
+stale: its waiter takes the tokens afresh if they are free now, else reserves again behind the others
+(once per waiter, so that an overloaded host does not starve), and the stale tokens are lost.
 
 A waiter that leaves before its instant gives the reservation to the next waiter if that one asks
 for no more, else cancels it, in one round trip, by the script's rule: each rate nobody reserved
@@ -31,11 +31,11 @@ import asyncio
 import collections
 import datetime
 import time
-from typing import Any, Coroutine, Sequence
+from typing import Any, Coroutine, Sequence, cast
 
 from . import _params
 from ._limiter import Limiter, WindowLimiter
-from ._store import StoreCorrupt, StoreError, StoreUnavailable
+from ._store import StoreCorrupt, StoreError
 from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisStore, Reserved, definition, window_definition
 
 STALE_AFTER = 0.005  # s: a reservation reached later than this (and than a token's time) is stale
@@ -129,7 +129,7 @@ class RedisLimiter(Limiter):
         """Waits for ``amount`` tokens from Redis; with ``timeout``, TimeoutError at once, taking
         nothing, if they cannot come within it."""
         Limiter.acquire(self, amount, timeout).close()  # the amount and the timeout, checked by the engine
-        return self._acquired(float(amount), None if timeout is None else float(timeout))
+        return cast(Coroutine[Any, Any, None], self._acquire(float(amount), None if timeout is None else float(timeout)))
 
     async def try_acquire(self, amount: float = 1) -> bool:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
         """Takes ``amount`` tokens if every rate has them now (one round trip); False if not, or if
@@ -223,30 +223,19 @@ class RedisLimiter(Limiter):
 
     # ---- waiting ----
 
-    async def _acquired(self, amount: float, timeout: float | None) -> None:
-        await self._acquire(amount, timeout)
-
     async def _acquire(self, amount: float, timeout: float | None, hold: bool = False) -> bytes | None:
         """Waits for amount; the record of the grant if Redis made it and it is held, else None."""
         loop = self._check_loop()
         now = loop.time()
-        if timeout is not None and self._queue and not self._store_down():
-            ahead = min(sum(w.amount for w in self._queue if not w.future.done()) + amount, self.burst)
-            try:
-                delay = await self._store.fit_delay(self._definition, ahead)
-            except StoreError as error:
-                await self._without_store(amount, blocking=True, error=error)
-                return None
-            if delay > timeout * 1e9:
-                self._counts[6] += 1
-                raise TimeoutError(f"{amount!r} tokens cannot be granted within {timeout!r} s")
         waiter = _Waiter(loop.create_future(), amount, hold, None if timeout is None else now + timeout, now)
-        if waiter.deadline is not None and self._queue:
-            waiter.expiry = loop.call_at(waiter.deadline, self._expire, waiter)
-        self._queue.append(waiter)
+        behind = bool(self._queue)
+        self._queue.append(waiter)  # first: its place is taken as it comes, whatever the check below awaits
         try:
+            if behind and timeout is not None:
+                waiter.expiry = loop.call_at(now + timeout, self._expire, waiter)  # until it is the head
+                await self._refuse_if_late(waiter, timeout)
             if self._server is None:
-                if len(self._queue) == 1:
+                if len(self._queue) == 1 and not waiter.future.done():
                     await self._serve_alone(waiter)
                 else:
                     self._server = loop.create_task(self._serve(None))
@@ -269,6 +258,22 @@ class RedisLimiter(Limiter):
             await self._store.end_hold(self._definition, record)
         except StoreError:
             pass
+
+    async def _refuse_if_late(self, waiter: _Waiter, timeout: float) -> None:
+        """For a waiter queued behind others: TimeoutError (its future's) at once, taking nothing, if even
+        the amounts up to and with its own could not come within timeout. Where Redis does not answer,
+        its reservation will meet that."""
+        if self._store_down():
+            return
+        ahead = min(sum(w.amount for w in self._queue if not w.future.done()), self.burst)
+        try:
+            delay = await self._store.fit_delay(self._definition, ahead)
+        except StoreError:
+            return
+        if delay > timeout * 1e9 and not waiter.future.done():
+            self._counts[6] += 1
+            waiter.future.set_exception(TimeoutError(f"{waiter.amount!r} tokens cannot be granted within "
+                                                     f"{timeout!r} s"))
 
     def _expire(self, waiter: _Waiter) -> None:
         """A waiter's deadline passed while it waited behind others."""
@@ -468,11 +473,6 @@ class RedisLimiter(Limiter):
         elif loop is not self._loop:
             raise RuntimeError("a limiter over a RedisStore serves the event loop it was first used on")
         return loop
-
-    def _checked_amount(self, value: object) -> float:
-        """A valid amount, checked as every limiter checks it (by the engine, which takes nothing here)."""
-        Limiter.acquire(self, value, None).close()  # type: ignore[arg-type]
-        return float(value)  # type: ignore[arg-type]
 
     def _as_good_as_new(self) -> bool:
         """Whether it holds nothing of its own (the rates are in Redis): nobody waits, nothing is on its way."""

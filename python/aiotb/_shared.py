@@ -29,7 +29,7 @@ import asyncio
 import itertools
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Coroutine, NamedTuple, Sequence, TypeVar, cast
+from typing import Any, Callable, Coroutine, NamedTuple, Sequence, TypeVar
 
 from . import _params
 from ._clock import is_monotonic_loop
@@ -108,7 +108,7 @@ class SharedLimiter(Limiter):
         return len(self._queue)
 
     def has_capacity(self, amount: float = 1) -> bool:
-        x = self._amount(amount)
+        x = self._checked_amount(amount)
         if self._fair and (self._queue or self._slot is not None):
             return False
         now = self._segment.now()
@@ -134,11 +134,6 @@ class SharedLimiter(Limiter):
                                    "process shares: it cannot run on a loop with a virtual or patched clock")
             self._loop_checked = loop
 
-    def _amount(self, value: object) -> float:
-        """A valid amount, checked as every limiter checks it (by the engine, which takes nothing here)."""
-        Limiter.acquire(self, cast(float, value)).close()
-        return float(cast(float, value))
-
     def _time_precisely(self) -> None:
         """After a change of the rates: also when a reservation reached late turns stale."""
         super()._time_precisely()
@@ -161,7 +156,7 @@ class SharedLimiter(Limiter):
         return ident
 
     def _reserve(self, amount: float, handle: Any, owner: object) -> tuple[int, float]:
-        ident = self._enqueue(self._amount(amount), None, handle, owner)
+        ident = self._enqueue(self._checked_amount(amount), None, handle, owner)
         now = self._segment.now()
         ahead = min(sum(w.amount for w in self._queue.values()), self.burst)
         return ident, max(self._call(self._segment.fit_at, ahead, now), now) / 1e9

@@ -1,7 +1,9 @@
-"""``RedisStore``: a limiter's rates in one Redis hash, shared by every process on every host that
-reaches the server. Each decision is one round trip: a Lua script (``_redis_gcra.lua``, sent by
-EVALSHA and loaded again after ``NOSCRIPT``) that reads the server's clock, decides and records.
-This module knows where the state lives and nothing of event loops; ``_redis_limiter`` waits."""
+"""``RedisStore``: a limiter's limits in Redis, shared by every process on every host that reaches
+the server: rates in one hash, a window in a hash and a sorted set beside it. Each decision is one
+round trip: a Lua script (``_redis_gcra.lua`` or ``_redis_window.lua``, each after
+``_redis_common.lua``; sent by EVALSHA and loaded again after ``NOSCRIPT``) that reads the server's
+clock, decides and records. This module knows where the state lives and nothing of event loops;
+``_redis_limiter`` waits."""
 
 from __future__ import annotations
 
@@ -84,7 +86,7 @@ class RedisStore:
 
     @property
     def redis_key(self) -> str:
-        """The Redis key of the hash that holds the rates."""
+        """The Redis key of the hash that holds the limits (a window's log is this and ``:log``)."""
         return "aiotb:{" + self._key + "}"
 
     @property
@@ -126,7 +128,7 @@ class RedisStore:
             return None
         if status == b"4":
             return int(words[1])
-        raise ValueError(f"amount must not exceed what one grant of {self!r} may take, got {amount!r}")
+        raise _too_much(self, amount)
 
     async def end_hold(self, definition: str, record: bytes) -> None:
         """Ends the hold of a window's grant now: from now on it is inside the windows of this instant only."""
@@ -137,10 +139,11 @@ class RedisStore:
         return int((await self._run(definition, "cancel", record))[1])
 
     async def fit_delay(self, definition: str, amount: float) -> int:
-        """ns from now until every rate could grant amount; ValueError above a burst."""
+        """ns from now until every limit could grant amount (were held grants to end now); ValueError
+        above what one grant may take."""
         words = await self._run(definition, "fit", repr(float(amount)))
         if words[0] == b"1":
-            raise ValueError(f"amount must not exceed the burst of {self!r}'s rates, got {amount!r}")
+            raise _too_much(self, amount)
         return int(words[1])
 
     async def tokens(self, definition: str) -> float:
@@ -160,7 +163,7 @@ class RedisStore:
         return int((await self._run(definition, "pause", str(span_ns)))[1])
 
     async def _run(self, definition: str, op: str, *args: Any) -> list[bytes]:
-        """One round trip of the script: the words of its reply, status first (0, 1 or 3); its
+        """One round trip of the script: the words of its reply, status first (0, 1, 3 or 4); its
         failures as StoreUnavailable, StoreCorrupt or ValueError."""
         try:
             key = self.redis_key
@@ -196,6 +199,11 @@ class RedisStore:
             raise ValueError(f"{self!r} holds a limiter of {theirs}, not {describe(definition)}: every client must "
                              f"give it the same limits (or delete the key first)")
         return words
+
+
+def _too_much(store: RedisStore, amount: float) -> ValueError:
+    """The error for an amount above what one grant of store's limits may take."""
+    return ValueError(f"amount must not exceed what one grant of {store!r} may take, got {amount!r}")
 
 
 def definition(rates: Sequence[tuple[float, float, float]]) -> str:
