@@ -7,19 +7,28 @@
 - bare C bucket: the same, plus a read of CLOCK_MONOTONIC and one token taken from a
   GCRA bucket: the least an exact limiter can cost;
 - no limiter: each waiter sleeps until its own slot in the ideal schedule (one
-  asyncio.sleep, hence one timer, per waiter), with nothing deciding anything.
+  asyncio.sleep, hence one timer, per waiter), with nothing deciding anything;
+- paced floor: each waiter awaits a bare future, and a Linux timerfd that the loop
+  watches resolves the first one at each instant the bucket allows, booked with
+  aiotb's late credit: at burst 1, the least a limiter woken by a precise timer
+  loses on this loop and this machine, with no limiter's own work.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import importlib.util
+import math
 import os
 import sys
 import sysconfig
+import time
+from collections import deque
 from pathlib import Path
 
 from competitor import Competitor
+from scenarios import LATE_CREDIT_TOKENS
 
 NOOP_DIR_ENV = "AIOTB_BENCH_NOOP_DIR"  # where the runner built _noopcm
 
@@ -57,6 +66,84 @@ class IdealSchedule:
         due = self.start + max(0.0, self.taken - self.burst) / self.rate
         if due > now:
             await asyncio.sleep(due - now)
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+class PacedFloor:
+    """Bare futures resolved one at a time, at the instants a bucket of `burst` (default: rate) allows.
+
+    A newcomer is granted at once, and booked then, only when nobody waits and its instant has come; a
+    waiter is booked at its instant, or up to LATE_CREDIT_TOKENS of a token before its grant if that
+    came later (aiotb's rule).
+    The instants are timed by a timerfd on CLOCK_MONOTONIC (time.monotonic()) armed at the absolute
+    instant and watched with loop.add_reader while someone waits: no polling, one wake-up per grant."""
+
+    _CLOCK_MONOTONIC, _TFD_NONBLOCK, _TFD_CLOEXEC, _TFD_TIMER_ABSTIME = 1, 0o4000, 0o2000000, 1
+
+    def __init__(self, rate: float, burst: float | None) -> None:
+        if not sys.platform.startswith("linux"):
+            raise RuntimeError("the paced floor needs a Linux timerfd")
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        fd = self._libc.timerfd_create(self._CLOCK_MONOTONIC, self._TFD_NONBLOCK | self._TFD_CLOEXEC)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "timerfd_create failed")
+        self._fd = fd
+        self._interval = 1 / rate
+        self._credit = LATE_CREDIT_TOKENS / rate
+        self._slack = ((rate if burst is None else burst) - 1) / rate  # how far ahead of _full a grant may go
+        self._full = -math.inf  # GCRA: the instant the bucket is full again
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _due(self) -> float:
+        """The instant the next token is there."""
+        return self._full - self._slack
+
+    def _book(self, at: float) -> None:
+        self._full = max(self._full, at) + self._interval
+
+    def _arm(self) -> None:
+        ns = math.ceil(self._due() * 1e9)  # never before the instant
+        spec = _Itimerspec(_Timespec(0, 0), _Timespec(ns // 1_000_000_000, ns % 1_000_000_000))
+        if self._libc.timerfd_settime(self._fd, self._TFD_TIMER_ABSTIME, ctypes.byref(spec), None) != 0:
+            raise OSError(ctypes.get_errno(), "timerfd_settime failed")
+
+    async def acquire(self) -> None:
+        now = time.monotonic()
+        if not self._waiters and now >= self._due():
+            self._book(now)
+            return
+        loop = asyncio.get_running_loop()
+        granted = loop.create_future()
+        self._waiters.append(granted)
+        if len(self._waiters) == 1:
+            self._loop = loop
+            loop.add_reader(self._fd, self._on_timer)
+            self._arm()
+        await granted
+
+    def _on_timer(self) -> None:
+        try:
+            os.read(self._fd, 8)
+        except BlockingIOError:  # re-armed after the loop saw it readable
+            return
+        now = time.monotonic()
+        while self._waiters and now >= self._due():
+            granted = self._waiters.popleft()
+            if not granted.done():
+                self._book(now - self._credit)  # a late wake-up costs the rate only beyond the credit
+                granted.set_result(None)
+        if self._waiters:
+            self._arm()
+        elif self._loop is not None:
+            self._loop.remove_reader(self._fd)
 
 
 def load_noop():
@@ -136,5 +223,17 @@ NO_LIMITER = Competitor(
     scenarios=frozenset({"contended", "smooth", "mixed", "classic"}),
 )
 
-COMPETITORS = [EMPTY_LOOP, PYTHON_NOOP, C_NOOP, BARE_BUCKET, NO_LIMITER]
+PACED_FLOOR = Competitor(
+    key="paced-floor",
+    label="no limiter: bare futures paced by a timerfd (floor)",
+    make=PacedFloor,
+    acquire=lambda floor: floor.acquire,
+    context_manager=False,
+    reference=True,
+    mapping="a timerfd watched by the loop resolves a bare future at each instant the bucket allows, booked "
+            "with aiotb's late credit",
+    scenarios=frozenset({"smooth"}),
+)
+
+COMPETITORS = [EMPTY_LOOP, PYTHON_NOOP, C_NOOP, BARE_BUCKET, NO_LIMITER, PACED_FLOOR]
 NOOP_KEYS = (C_NOOP.key, BARE_BUCKET.key)  # the ones that need noop/_noopcm.c built

@@ -26,6 +26,7 @@ COLOURS = {
     "asyncio-throttle": "#9467bd",
     "pyrate": "#8c564b",
     "no-limiter": "#7f7f7f",
+    "paced-floor": "#17becf",
     "c-noop": "#000000",
     "c-bucket": "#525252",
     "py-noop": "#bcbd22",

@@ -16,6 +16,7 @@ FILES = {
     "asyncio-throttle": "bench_asyncio_throttle",
     "pyrate": "bench_pyrate",
     "no-limiter": "bench_reference",
+    "paced-floor": "bench_reference",
     "c-noop": "bench_reference",
     "c-bucket": "bench_reference",
     "py-noop": "bench_reference",

@@ -49,8 +49,9 @@ class Profile:
     mixed: dict[str, Any]
     churn: dict[str, Any]
     classic: dict[str, Any]
-    smooth_competitors: list[str] = field(default_factory=lambda: ["aiotb", "aiotb-looptimer", "aiotb-py", "aiolimiter",
-                                                                   "no-limiter"])
+    smooth_repetitions: int = 1  # for aiotb and the paced floor, side by side; the others run once
+    smooth_competitors: list[str] = field(default_factory=lambda: ["aiotb", "paced-floor", "aiotb-looptimer", "aiotb-py",
+                                                                   "aiolimiter", "no-limiter"])
 
 
 FULL = Profile(
@@ -66,6 +67,7 @@ FULL = Profile(
     mixed={"n": 1_000, "rate": 1_000.0, "burst": 20.0, "big": 20, "every": 10},
     churn={"n": 10_000, "rate": 2_500.0, "burst": 2_500.0, "share": 0.3, "seed": 3},
     classic={"n": 500, "rate": 100.0, "bursts": [100.0, 1.0]},
+    smooth_repetitions=3,
 )
 
 QUICK = Profile(
@@ -82,6 +84,9 @@ QUICK = Profile(
     churn={"n": 2_000, "rate": 1_000.0, "burst": 1_000.0, "share": 0.3, "seed": 3},
     classic={"n": 120, "rate": 100.0, "bursts": [100.0, 1.0]},
 )
+
+
+PACED = ("aiotb", "paced-floor")  # smooth: repeated, side by side
 
 
 def ideal_span(n: float, rate: float, burst: float) -> float:
@@ -254,11 +259,15 @@ class Runner:
                 self.results["wakeups"].setdefault(loop, []).append(dict(woke, period_s=probe["period_s"]))
                 self.progress.say(f"    {fmt(woke.get('wakes_per_s'), 0)} wake-ups/s at "
                                   f"{fmt(woke.get('cpu_pct'), 0)} % CPU" + self.failure(woke))
-                for key in keys:
+                # aiotb and the paced floor alternate, so a spell of the machine's stalls weighs on both
+                paired = [k for k in keys if k in PACED]
+                runs = [(k, rep) for rep in range(self.profile.smooth_repetitions) for k in paired]
+                runs += [(k, 0) for k in keys if k not in PACED]
+                for key, rep in runs:
                     self.progress.say(f"smooth (burst 1) {loop} N={params['n']:,} R={params['rate']:,.0f}/s "
-                                      f"{key} ...")
+                                      f"{key}" + (f" rep {rep + 1}" if key in PACED else "") + " ...")
                     result = self.child("contended", loop, key, params, span)
-                    self.record("smooth", loop, key, params, 0, result)
+                    self.record("smooth", loop, key, params, rep, result)
                     self.progress.say("    " + self.describe(result))
 
     def mixed(self) -> None:

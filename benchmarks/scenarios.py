@@ -22,7 +22,7 @@ STEADY_AFTER = 0.5  # s after the first grant: waiters due later are "steady sta
 WINDOW = 1.0  # s: the sliding window for the token-bucket bound
 CURVE_POINTS = 800  # samples of the cumulative-grants curve kept for plots
 QUANTILES = [q / 2 for q in range(201)] + [99.9]  # lateness percentiles kept for plots
-LATE_CREDIT_TOKENS = 0.99  # a burst-1 grant taken late is booked up to this much of a token earlier (aiotb's rule)
+LATE_CREDIT_TOKENS = 0.75  # a burst-1 grant taken late is booked up to this much of a token earlier (aiotb's rule)
 
 
 def peak_rss_mb() -> float:

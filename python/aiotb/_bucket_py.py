@@ -35,7 +35,7 @@ from ._limits_py import ENOMEM, ETOOLATE, MAX_RATES, MAX_SPAN, NEVER, OK
 __all__ = ["Bucket", "READY", "IMPLEMENTATION", "MAX_SPAN"]
 
 IMPLEMENTATION = "python"
-LATE_CREDIT_TOKENS = 0.99  # how late a woken waiter may be and still be granted as of its ready instant
+LATE_CREDIT_TOKENS = 0.75  # how late a woken waiter may be and still be granted as of its ready instant
 _MAX_SECONDS = MAX_SPAN / 1e9  # (double)TB_MAX_SPAN / 1e9
 _DEFAULT_AMOUNT: Any = 1.0  # an amount left out, which C does not check
 CLOCK_CONFLICT = ("this limiter has waiters on an event loop with another clock: loops that share a limiter "

@@ -25,8 +25,9 @@
 #endif
 
 /* How late a woken waiter may be and still be granted as of its ready instant, in time of one
- * token: under one, so no interval of length t sees a whole token over burst + rate*t. */
-#define LATE_CREDIT_TOKENS 0.99
+ * token: under one, so no interval of length t sees a whole token over burst + rate*t, with a quarter
+ * of a token left for the varying delay between a grant and its task's resume. */
+#define LATE_CREDIT_TOKENS 0.75
 
 /* PyWeakref_GetRef arrived in 3.13 (PyWeakref_GetObject, which returns a borrowed reference, is
  * deprecated there): the same contract from public calls on older versions, as pythoncapi-compat does. */
