@@ -66,7 +66,7 @@ METHOD = """\
   is no limiter: the same release, each waiter awaiting a bare future, and a timerfd the loop watches
   resolving one future at each instant a bucket of burst 1 allows, with the same late credit. What it loses
   is what the loop and the machine cost any burst-1 pacer (the release of N waiters in one loop iteration,
-  wake-ups the kernel or the hypervisor delays); aiotb and it run alternately, {smooth_reps} time(s) each, and the
+  wake-ups that come late); aiotb and it run alternately ({smooth_reps} of each in this profile), and the
   figures are medians. The smooth targets judge the achieved rate and "wake p99 ms"; a rate the paced floor
   missed as well is out of reach on this machine when aiotb lost at most the tolerance more than the floor.
 - **Mixed sizes.** Every {every}th waiter (in arrival order) asks for {big} tokens, the others for 1. "Big vs
