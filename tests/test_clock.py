@@ -131,3 +131,32 @@ def test_a_limiter_moves_between_loops_in_two_threads(lib):
     thread.start()
     thread.join(timeout=60)
     assert answers == [False, True]
+
+
+def test_the_engine_names_the_running_loop_as_asyncio_does(lib):
+    """The limiter's waits go to the dispatcher of the loop the engine names (the C engine from its
+    proof of the clock): asyncio's running loop, however one Context, loops and threads mix, and
+    None outside a loop."""
+    limiter = lib.Limiter(1000, 1, burst=1)
+    context = contextvars.copy_context()
+    named: list[bool] = []
+
+    async def check() -> None:
+        limiter.try_acquire()  # a reading of the clock: proves this loop's, on the C engine
+        await asyncio.sleep(0)
+        limiter.try_acquire()
+        named.append(limiter._running_loop() is asyncio.get_running_loop())
+
+    def in_thread() -> None:
+        with asyncio.Runner() as runner:
+            runner.run(check())
+
+    clock = [100.0]
+    for factory in (asyncio.new_event_loop, lambda: _patched_loop(clock), asyncio.new_event_loop):
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(check(), context=context)
+            named.append(limiter._running_loop() is None)  # between two runs, outside the loop
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join(timeout=60)
+    assert named == [True] * 7

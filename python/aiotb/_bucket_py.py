@@ -513,6 +513,10 @@ class Bucket:
         """No waiter, every limit full: the same as a bucket made now."""
         return self._core.as_good_as_new(self._configured_now())
 
+    def _running_loop(self) -> events.AbstractEventLoop | None:
+        """The running loop, or None (C answers from its proof of the clock where it can)."""
+        return events._get_running_loop()
+
     def _share(self, segment: object, error: type[Exception], /) -> None:
         """The C engine's newcomers can take from a shared segment (binding/shared.h); this engine's cannot."""
         raise RuntimeError("the pure-Python engine cannot share a segment")

@@ -381,7 +381,7 @@ class Limiter(Bucket):
 
     def _wait(self, amount: float, timeout: float | None) -> Coroutine[Any, Any, None]:
         """The wait of a request the engine could not grant at once, on the running loop."""
-        return self._owners.dispatcher().wait(amount, timeout)
+        return self._owners.dispatcher(self._running_loop()).wait(amount, timeout)
 
     async def _wait_to_hold(self, amount: float) -> None:
         """The wait of ``async with`` on a window: the grant is held until ``__aexit__``."""

@@ -97,9 +97,12 @@ class Owners:
 
     # ---- event loops ----
 
-    def dispatcher(self) -> Dispatcher:
-        """The running loop's dispatcher (RuntimeError outside a loop)."""
-        loop = asyncio.get_running_loop()
+    def dispatcher(self, loop: asyncio.AbstractEventLoop | None = None) -> Dispatcher:
+        """The running loop's dispatcher (RuntimeError outside a loop); loop: the running loop, when the
+        caller knows it (the engine does, from its proof of the clock: asking asyncio costs a system call
+        on 3.11)."""
+        if loop is None:
+            loop = asyncio.get_running_loop()
         last = self.last
         if last is not None and last.loop is loop:
             return last

@@ -351,6 +351,7 @@ static PyMethodDef bucket_methods[] = {
     {"_withdraw_first_of", bucket_withdraw_first_of, METH_O, NULL},
     {"_grant_due", (PyCFunction)(void (*)(void))bucket_grant_due, METH_FASTCALL, NULL},
     {"_next_due", bucket_next_due, METH_NOARGS, NULL},
+    {"_running_loop", bucket_running_loop, METH_NOARGS, NULL},
     {"_refund", bucket_refund, METH_O, NULL},
     {"_hold", bucket_hold, METH_O, NULL},
     {"_end_hold", bucket_end_hold, METH_O, NULL},

@@ -383,4 +383,19 @@ static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
     return bucket_now_slow(self, loop, now);
 }
 
+// _running_loop() -> the running loop, or None: on 3.11-3.13 the loop this thread's last reading found
+// running, while its context version says the running loop cannot have changed since (no question to
+// asyncio, which costs a getpid() system call on 3.11); else asyncio's answer.
+static PyObject *bucket_running_loop(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    tb_state *st = ((BucketObject *)op)->state;
+#ifdef AIOTB_TRUST_CONTEXT_VERSION
+    PyThreadState *ts = PyThreadState_Get();
+    SeenObject *seen = seen_find(st, ts);
+    if (seen != NULL && seen->running && ts->context_ver == seen->context_ver)
+        return Py_NewRef(seen->proof.loop);
+#endif
+    return PyObject_CallNoArgs(st->get_running_loop);
+}
+
 #endif
