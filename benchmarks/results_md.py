@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from results import find, grouped, label, wakeup_probe
+from scenarios import LATE_CREDIT_TOKENS
 from tables import Table, fmt
 from targets import SMOOTH_RATE_ERROR_PCT, beyond_reach
 
@@ -61,7 +62,7 @@ METHOD = """\
   lateness figures: "late", every grant against its ideal instant (first grant + k / R), which keeps any
   time lost once (the loop busy, the process stalled) in every later grant; and "wake", every grant against
   the instant the bucket allowed it, replayed over the grants made (one token interval after the previous
-  grant was booked; a grant that came later is booked up to 0.75 of a token before it, the limiter's late
+  grant was booked; a grant that came later is booked up to {credit:g} of a token before it, the limiter's late
   credit), which is how late the limiter woke it. Lost time shows in the achieved rate. The "paced floor"
   is no limiter: the same release, each waiter awaiting a bare future, and a timerfd the loop watches
   resolving one future at each instant a bucket of burst 1 allows, with the same late credit. What it loses
@@ -167,7 +168,7 @@ def render(results: dict[str, Any], tables: list[Table], pictures: list[Path], o
                       reps=profile["uncontended_processes"] * profile["uncontended_repetitions"],
                       reps_each=profile["uncontended_repetitions"], every=profile["mixed"]["every"],
                       big=profile["mixed"]["big"], share=profile["churn"]["share"],
-                      smooth_reps=profile.get("smooth_repetitions", 1)),
+                      smooth_reps=profile.get("smooth_repetitions", 1), credit=LATE_CREDIT_TOKENS),
     ]
     if results["skipped"] or results["errors"]:
         lines += ["## Skipped runs and errors", ""]

@@ -8,6 +8,7 @@ from typing import Any
 
 import registry
 from results import find, grouped, label, paired_ratio
+from scenarios import LATE_CREDIT_TOKENS
 from targets import targets
 
 
@@ -200,8 +201,9 @@ def smooth_table(results: dict[str, Any]) -> Table | None:
         table.note = ("\"late\": every grant against its ideal instant, first grant + k / R, so time lost once "
                       "(a stall of the process) stays in every later grant's figure. \"wake\": every grant "
                       "against the instant the bucket allowed it, replayed over the grants made (one token "
-                      "interval after the previous grant was booked; a late grant is booked up to 0.75 of a "
-                      "token early, the limiter's late credit): how late the limiter woke it. \"steady rate err\": "
+                      "interval after the previous grant was booked; a late grant is booked up to "
+                      f"{LATE_CREDIT_TOKENS:g} of a token early, the limiter's late credit): how late the limiter "
+                      "woke it. \"steady rate err\": "
                       "the rate of the grants due 0.5 s or more after the first, once the release of every "
                       "waiter in one loop iteration is over. The smooth targets judge \"wake p99 ms\" and "
                       "the achieved rate of the whole run (\"rate err %\").")

@@ -241,3 +241,12 @@ def test_competitor_builds_and_takes_a_token(probe, key):
 
 def test_the_competitors_tested_are_the_registry_s(probe):
     assert COMPETITOR_KEYS == list(probe["files"]) == list(probe["competitors"])
+
+
+def test_the_benchmarks_replay_the_engine_s_late_credit():
+    """The wake lateness replays each grant's booking with aiotb's late credit (benchmarks/scenarios.py,
+    which the floors' children import without aiotb): the same value as the engines' (tests/test_timer.py
+    ties the C engine's to the twin's)."""
+    from aiotb._bucket_py import LATE_CREDIT_TOKENS
+
+    assert _constant("scenarios", "LATE_CREDIT_TOKENS") == LATE_CREDIT_TOKENS
