@@ -209,14 +209,16 @@ def contenders(url: str, port: int) -> list[Contender]:
         """The arguments and the reply of the EVALSHA of one try_acquire, as redis-py saw them."""
         if not exchange:
             redis = client("bench-exchange")
-            evalsha = redis.evalsha
+            execute = redis.execute_command
 
-            async def recorded(sha: str, numkeys: int, *keys_and_args: Any) -> Any:
-                reply = await evalsha(sha, numkeys, *keys_and_args)
-                exchange.append((keys_and_args[numkeys:], reply))
+            async def recorded(*command: Any, **options: Any) -> Any:
+                reply = await execute(*command, **options)
+                if command[0] == "EVALSHA":
+                    numkeys = command[2]
+                    exchange.append((command[3 + numkeys:], reply))
                 return reply
 
-            redis.evalsha = recorded  # type: ignore[method-assign]
+            redis.execute_command = recorded  # type: ignore[method-assign]
             limiter = Limiter(1e6, 1, burst=1e6, store=RedisStore(redis, "bench-exchange"))
             assert isinstance(limiter, RedisLimiter)
             await limiter.try_acquire()
@@ -224,9 +226,11 @@ def contenders(url: str, port: int) -> list[Contender]:
         return exchange[-1]
 
     async def script(name: str, body: str) -> Callable[[], Any]:
-        run = client(name).register_script(body)
+        """body sent as aiotb sends its script: EVALSHA through execute_command, with aiotb's arguments."""
+        redis = client(name)
+        sha = await redis.script_load(body)
         args, _ = await aiotb_exchange()
-        return lambda: run(keys=["bench:script"], args=args)
+        return lambda: redis.execute_command("EVALSHA", sha, 1, "bench:script", *args)
 
     async def incr(name: str) -> Callable[[], Any]:
         redis = client(name)

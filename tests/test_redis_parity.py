@@ -81,11 +81,16 @@ class Clock:
         return self.us * 1000
 
 
+SLOWED_SCRIPTS = {name: _store_redis.Script.of(SLOW_EXPIRY + script.text)
+                  for name, script in _store_redis._SCRIPTS.items()}  # what the stores of the streams send
+
+
 class Observed(redis.asyncio.Redis):
     """A client whose scripts each run, in one transaction, with HGETALL, PTTL and PERSIST of their key after
-    them; it keeps the last script's reply (its words), the hash and the expiry the script asked. Scripts
-    run with their PEXPIRE slowed SLOWED times: a full hash's 1 ms expiry passed on the server's real clock
-    between calls of a stream, and once even between the script and the HGETALL after it in one MULTI/EXEC."""
+    them; it keeps the last script's reply (its words), the hash and the expiry the script asked. The stores
+    send the scripts with their PEXPIRE slowed SLOWED times (``SLOWED_SCRIPTS``): a full hash's 1 ms expiry
+    passed on the server's real clock between calls of a stream, and once even between the script and the
+    HGETALL after it in one MULTI/EXEC."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -93,29 +98,19 @@ class Observed(redis.asyncio.Redis):
         self.last_hash: dict[str, str] = {}
         self.last_ttl = NO_HASH  # ms, as the script asked
 
-    def register_script(self, script: Any) -> Any:
-        return Slowed(self, SLOW_EXPIRY + script)
-
-
-class Slowed:
-    """A script with its PEXPIRE slowed, called as redis-py's scripts are."""
-
-    def __init__(self, client: Observed, source: str) -> None:
-        self.client, self.source, self.sha = client, source, ""
-
-    async def __call__(self, keys: list[str], args: list[Any]) -> Any:
-        client = self.client
-        if not self.sha:
-            self.sha = await client.script_load(self.source)
-        pipe = client.pipeline(transaction=True)
-        pipe.evalsha(self.sha, len(keys), *keys, *args)
-        pipe.hgetall(keys[0])
-        pipe.pttl(keys[0])
-        pipe.persist(keys[0])
-        client.last_reply, fields, ttl, _ = await pipe.execute()
-        client.last_hash = {k.decode(): v.decode() for k, v in fields.items()}
-        client.last_ttl = ttl if ttl < 0 else round(ttl / SLOWED)
-        return client.last_reply
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        if args[0] != "EVALSHA":
+            return await super().execute_command(*args, **options)
+        key = args[3]
+        pipe = self.pipeline(transaction=True)
+        pipe.execute_command(*args)
+        pipe.hgetall(key)
+        pipe.pttl(key)
+        pipe.persist(key)
+        self.last_reply, fields, ttl, _ = await pipe.execute()
+        self.last_hash = {k.decode(): v.decode() for k, v in fields.items()}
+        self.last_ttl = ttl if ttl < 0 else round(ttl / SLOWED)
+        return self.last_reply
 
 
 @dataclass
@@ -534,6 +529,7 @@ async def run_streams(url: str, seeds: range, make: Callable[[random.Random], li
             clock.us = START_US + rng.randrange(10**12)
             store = RedisStore(client, f"parity-{seed}")
             store._client_clock = True
+            store._scripts = SLOWED_SCRIPTS
             stream = Stream(rng, make(rng), exact, store, client, clock, seen)
             try:
                 for _ in range(STEPS):

@@ -9,15 +9,20 @@
 -- the epoch moves to now and every instant shifts by the same integer (one already past moves to the new epoch:
 -- it is as good as now). So every value stays below 2^53: exact.
 --
--- ARGV: op, the definition (what the key was created with), the client's time in microseconds, "1" to use it
--- even where TIME works (tests drive time so), then op's own. A reply is one string of words (one string parses
+-- ARGV: the definition (what the key was created with), the operation (its name, then its own words, in one
+-- string: each argument costs the client more than the script's split), the client's time in microseconds, and
+-- "1" to use it even where TIME works (tests drive time so). A reply is one string of words (one string parses
 -- faster than an array): a status (0 ok, 1 an amount above what one grant may take, 3 not within the wait asked,
 -- 4 not before held grants end, 5 a key of another definition, then the stored one), then op's own words.
 
 local OK, EINVAL, ETOOLATE, HELD, EMISMATCH = 0, 1, 3, 4, 5
 local REBASE_AT = 2 ^ 50
 local HORIZON = 2 ^ 51  -- no reservation further ahead than this (26 days), so none reaches 2^53
-local op, definition = ARGV[1], ARGV[2]
+local definition, W = ARGV[1], {}  -- W: the operation's words, its name first
+for word in string.gmatch(ARGV[2], '%S+') do
+    W[#W + 1] = word
+end
+local op = W[1]
 
 local function int(x)  -- an integer double as a decimal string, every digit kept
     return string.format('%.0f', x)

@@ -119,7 +119,7 @@ end
 local now = since_epoch(s, now_us)
 
 if op == 'reserve' then  -- amount, most ns to wait (-1: any): 0, delay, at, the record (epoch, F before, after...)
-    local amount, wait = tonumber(ARGV[5]), tonumber(ARGV[6])
+    local amount, wait = tonumber(W[2]), tonumber(W[3])
     if amount > most(s) then
         return reply(EINVAL)
     end
@@ -136,10 +136,7 @@ if op == 'reserve' then  -- amount, most ns to wait (-1: any): 0, delay, at, the
     stored(s, now)
     return reply(OK, at - now, at, unpack(record))
 elseif op == 'cancel' then  -- a reservation's record: restores the rates nobody took from since
-    local restored, record = 0, {}
-    for word in string.gmatch(ARGV[5], '%S+') do
-        record[#record + 1] = word
-    end
+    local restored, record = 0, {unpack(W, 2)}
     if not s.fresh and record[1] == int(s.e) then
         for i, r in ipairs(s.r) do
             if record[1 + 2 * i] == int(r.f) then
@@ -155,21 +152,21 @@ elseif op == 'cancel' then  -- a reservation's record: restores the rates nobody
 elseif op == 'tokens' then  -- 0, tokens now
     return reply(OK, string.format('%.17g', tokens(s, now)))
 elseif op == 'fit' then  -- amount: 0 and ns until every rate grants it, or 1 above a burst
-    local amount = tonumber(ARGV[5])
+    local amount = tonumber(W[2])
     if amount > most(s) then
         return reply(EINVAL)
     end
     return reply(OK, fit_at(s, amount, now) - now)
 elseif op == 'set_rate' then  -- index, ns per token, burst: keeps the tokens held now, at most the new burst
-    local r = s.r[tonumber(ARGV[5])]
-    local t, b = tonumber(ARGV[6]), tonumber(ARGV[7])
+    local r = s.r[tonumber(W[2])]
+    local t, b = tonumber(W[3]), tonumber(W[4])
     local held = r.b - math.max(0, r.f - now) / r.t  -- below 0 for tokens reserved ahead
     r.t, r.b, r.k = t, b, math.ceil(b * t)
     r.f = now + math.ceil((b - math.min(held, b)) * t)
     stored(s, now, true)
     return reply(OK)
 elseif op == 'pause' then  -- ns from now: no grant before then (a later pause only moves it later)
-    s.p = paused_until(s.p, now + tonumber(ARGV[5]))
+    s.p = paused_until(s.p, now + tonumber(W[2]))
     stored(s, now)
     return reply(OK, s.p - now)
 end

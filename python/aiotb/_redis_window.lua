@@ -113,7 +113,7 @@ end
 local now = since_epoch(s, now_us)
 
 if op == 'reserve' then  -- amount, most ns to wait (-1: any), "1" to hold it: 0, delay, at, record (epoch, member)
-    local amount, wait, hold = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
+    local amount, wait, hold = tonumber(W[2]), tonumber(W[3]), W[4] == '1'
     if amount > s.N then
         return reply(EINVAL)
     end
@@ -128,12 +128,12 @@ if op == 'reserve' then  -- amount, most ns to wait (-1: any), "1" to hold it: 0
         return reply(ETOOLATE, at - now)
     end
     s.q, s.l = s.q + 1, at
-    local member = int(s.q) .. ':' .. ARGV[5] .. (hold and ':h' or '')
+    local member = int(s.q) .. ':' .. W[2] .. (hold and ':h' or '')
     redis.call('ZADD', log, int(hold and at + HOLD_LIMIT or at), member)
     stored(s, now)
     return reply(OK, at - now, at, int(s.e), member)
 elseif op == 'cancel' then  -- a reservation's record: it leaves the log (fewer grants can only keep the bound)
-    local member = string.match(ARGV[5], '%S+$')
+    local member = W[#W]
     local at = tonumber(redis.call('ZSCORE', log, member))
     local restored = redis.call('ZREM', log, member)
     if at and at == s.l then  -- the latest: the next may come as early as the latest left
@@ -147,7 +147,7 @@ elseif op == 'cancel' then  -- a reservation's record: it leaves the log (fewer 
     end
     return reply(OK, restored)
 elseif op == 'end_hold' then  -- a held grant's record: from now on it is inside the windows of its end only
-    local member = string.match(ARGV[5], '%S+$')
+    local member = W[#W]
     local at = redis.call('ZSCORE', log, member)
     if at and tonumber(at) > now then
         redis.call('ZADD', log, 'XX', int(now), member)
@@ -160,18 +160,18 @@ elseif op == 'tokens' then  -- 0, tokens now
     end
     return reply(OK, string.format('%.17g', math.max(0, s.N - used(s, now))))
 elseif op == 'fit' then  -- amount: 0 and ns until it fits (were every hold to end now), or 1 above N
-    local amount = tonumber(ARGV[5])
+    local amount = tonumber(W[2])
     if amount > s.N then
         return reply(EINVAL)
     end
     local at, as_if = fit_at(s, amount, now)
     return reply(OK, (at or as_if) - now)
 elseif op == 'set_rate' then  -- window: P in ns, N: from now on
-    s.P, s.N = tonumber(ARGV[5]), tonumber(ARGV[6])
+    s.P, s.N = tonumber(W[2]), tonumber(W[3])
     stored(s, now)
     return reply(OK)
 elseif op == 'pause' then  -- ns from now: no grant before then (a later pause only moves it later)
-    s.p = paused_until(s.p, now + tonumber(ARGV[5]))
+    s.p = paused_until(s.p, now + tonumber(W[2]))
     stored(s, now)
     return reply(OK, s.p - now)
 end

@@ -2,14 +2,16 @@
 the server: rates in one hash, a window in a hash and a sorted set beside it. Each decision is one
 round trip: a Lua script (``_redis_gcra.lua`` or ``_redis_window.lua``, each after
 ``_redis_common.lua``; sent by EVALSHA and loaded again after ``NOSCRIPT``) that reads the server's
-clock, decides and records. This module knows where the state lives and nothing of event loops;
+clock, decides and records. The store sends EVALSHA itself, with three arguments: redis-py's
+``Script`` object and an argument per word cost each call more than the script's own work. This module knows where the state lives and nothing of event loops;
 ``_redis_limiter`` waits."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Literal, NamedTuple, Sequence
 
 from ._store import StoreCorrupt, StoreUnavailable
 
@@ -19,9 +21,9 @@ if TYPE_CHECKING:
     from ._limiter import Limiter
 
 try:
-    from redis.exceptions import RedisError, ResponseError
+    from redis.exceptions import NoScriptError, RedisError, ResponseError
 except ImportError:  # RedisStore() says what to install
-    RedisError = ResponseError = OSError  # type: ignore[assignment,misc]
+    NoScriptError = RedisError = ResponseError = OSError  # type: ignore[assignment,misc]
 
 OnError = Literal["raise", "allow"]
 _UNAVAILABLE = ("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN")  # errors of a server not
@@ -30,8 +32,21 @@ _STATUSES = (b"0", b"1", b"3", b"4", b"5")  # the scripts': ok, above what a gra
                                             # not before held grants end, another definition
 MAX_REFILL_NS = 1 << 52  # the longest full refill the script keeps exact (52 days)
 MAX_PAUSE_NS = 1 << 51   # the longest pause it keeps exact (26 days)
-_SCRIPTS = {name: "".join(resources.files("aiotb").joinpath(f"_redis_{part}.lua").read_text(encoding="utf-8")
-                          for part in ("common", name)) for name in ("gcra", "window")}
+
+
+class Script(NamedTuple):
+    """A script as the server caches it: its text, and the SHA1 that EVALSHA names it by."""
+
+    text: str
+    sha: str
+
+    @classmethod
+    def of(cls, text: str) -> Script:
+        return cls(text, hashlib.sha1(text.encode("utf-8")).hexdigest())
+
+
+_SCRIPTS = {name: Script.of("".join(resources.files("aiotb").joinpath(f"_redis_{part}.lua").read_text(encoding="utf-8")
+                                    for part in ("common", name))) for name in ("gcra", "window")}
 
 
 class Reserved(NamedTuple):
@@ -55,7 +70,7 @@ class RedisStore:
     ``"allow"`` let it through unlimited (unsafe: the quota is not kept while Redis is away), or
     a local ``Limiter`` to take from instead, until Redis answers again."""
 
-    __slots__ = ("_redis", "_key", "_on_error", "_scripts", "_client_clock", "_url")
+    __slots__ = ("_redis", "_key", "_hash_key", "_on_error", "_scripts", "_client_clock", "_url")
 
     def __init__(self, redis: Redis | RedisCluster | str, key: str, *, on_error: OnError | Limiter = "raise") -> None:
         from ._limiter import Limiter
@@ -70,8 +85,9 @@ class RedisStore:
         self._redis = client
         self._url = redis if isinstance(redis, str) else None
         self._key = key
+        self._hash_key = "aiotb:{" + key + "}"
         self._on_error: OnError | Limiter = on_error
-        self._scripts = {name: client.register_script(text) for name, text in _SCRIPTS.items()}
+        self._scripts = _SCRIPTS
         self._client_clock = False  # True: the script takes the client's time even where TIME works (tests)
 
     @property
@@ -87,7 +103,7 @@ class RedisStore:
     @property
     def redis_key(self) -> str:
         """The Redis key of the hash that holds the limits (a window's log is this and ``:log``)."""
-        return "aiotb:{" + self._key + "}"
+        return self._hash_key
 
     @property
     def on_error(self) -> OnError | Limiter:
@@ -102,6 +118,7 @@ class RedisStore:
         child._redis, child._url, child._on_error = self._redis, self._url, self._on_error
         child._scripts, child._client_clock = self._scripts, self._client_clock
         child._key = f"{self._key}:{key}"
+        child._hash_key = "aiotb:{" + child._key + "}"
         return child
 
     def __repr__(self) -> str:
@@ -120,7 +137,7 @@ class RedisStore:
         from now (wait_ns < 0: whenever); None if it is later. A window's grant held (until
         end_hold) if hold; the ns after which to ask again, when it would fit only once held grants
         end. ValueError above a burst."""
-        words = await self._run(definition, "reserve", repr(float(amount)), str(wait_ns), "1" if hold else "0")
+        words = await self._run(definition, f"reserve {float(amount)!r} {wait_ns} {1 if hold else 0}")
         status = words[0]
         if status == b"0":
             return Reserved(int(words[1]), b" ".join(words[3:]), int(words[3]) * 1000 + int(words[2]))
@@ -132,16 +149,16 @@ class RedisStore:
 
     async def end_hold(self, definition: str, record: bytes) -> None:
         """Ends the hold of a window's grant now: from now on it is inside the windows of this instant only."""
-        await self._run(definition, "end_hold", record)
+        await self._run(definition, b"end_hold " + record)
 
     async def cancel(self, definition: str, record: bytes) -> int:
         """Gives a reservation back to each rate nobody reserved from since; how many rates took it back."""
-        return int((await self._run(definition, "cancel", record))[1])
+        return int((await self._run(definition, b"cancel " + record))[1])
 
     async def fit_delay(self, definition: str, amount: float) -> int:
         """ns from now until every limit could grant amount (were held grants to end now); ValueError
         above what one grant may take."""
-        words = await self._run(definition, "fit", repr(float(amount)))
+        words = await self._run(definition, f"fit {float(amount)!r}")
         if words[0] == b"1":
             raise _too_much(self, amount)
         return int(words[1])
@@ -152,25 +169,32 @@ class RedisStore:
 
     async def set_rate(self, definition: str, index: int, ns_per_token: float, burst: float) -> None:
         """Changes rate index (from 0) for every client, keeping the tokens held now, at most the new burst."""
-        await self._run(definition, "set_rate", str(index + 1), repr(ns_per_token), repr(burst))
+        await self._run(definition, f"set_rate {index + 1} {ns_per_token!r} {burst!r}")
 
     async def set_window(self, definition: str, period_ns: int, limit: float) -> None:
         """Changes a window's period and limit for every client, from now on."""
-        await self._run(definition, "set_rate", str(period_ns), repr(limit))
+        await self._run(definition, f"set_rate {period_ns} {limit!r}")
 
     async def pause(self, definition: str, span_ns: int) -> int:
         """No grant for span_ns from the server's now (a later pause only moves it later); ns until its end."""
-        return int((await self._run(definition, "pause", str(span_ns)))[1])
+        return int((await self._run(definition, f"pause {span_ns}"))[1])
 
-    async def _run(self, definition: str, op: str, *args: Any) -> list[bytes]:
-        """One round trip of the script: the words of its reply, status first (0, 1, 3 or 4); its
-        failures as StoreUnavailable, StoreCorrupt or ValueError."""
+    async def _run(self, definition: str, operation: str | bytes) -> list[bytes]:
+        """One round trip of the script: operation (its name and words) on the limits of definition;
+        the words of its reply, status first (0, 1, 3 or 4); its failures as StoreUnavailable,
+        StoreCorrupt or ValueError."""
         try:
-            key = self.redis_key
-            window = definition.startswith("window")
-            reply = await self._scripts["window" if window else "gcra"](
-                keys=[key, key + ":log"] if window else [key],
-                args=[op, definition, time.time_ns() // 1000, "1" if self._client_clock else "0", *args])
+            key = self._hash_key
+            if definition.startswith("window"):
+                script, keys = self._scripts["window"], (2, key, key + ":log")
+            else:
+                script, keys = self._scripts["gcra"], (1, key)
+            args = (definition, operation, time.time_ns() // 1000) + (("1",) if self._client_clock else ())
+            try:
+                reply = await self._redis.execute_command("EVALSHA", script.sha, *keys, *args)
+            except NoScriptError:  # a server that never saw it, or forgot it (restarted, failed over, flushed)
+                await self._redis.script_load(script.text)
+                reply = await self._redis.execute_command("EVALSHA", script.sha, *keys, *args)
         except ResponseError as error:
             if not str(error).startswith(_UNAVAILABLE):
                 raise StoreCorrupt(f"{self!r}: the key {self.redis_key!r} holds something that is not an aiotb "
