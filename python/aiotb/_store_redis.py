@@ -185,6 +185,7 @@ class RedisStore:
         StoreCorrupt or ValueError."""
         try:
             key = self._hash_key
+            keys: tuple[int | str, ...]
             if definition.startswith("window"):
                 script, keys = self._scripts["window"], (2, key, key + ":log")
             else:
