@@ -17,21 +17,28 @@ local function created(now_us)  -- a fresh state from the definition, holding ea
 end
 
 local function loaded(now_us)  -- the stored state, a fresh one, or nil and the stored definition
-    local h = redis.call('HGETALL', key)
-    if #h == 0 then
-        return created(now_us)
+    local h = redis.call('HMGET', key, 'd', 'e', 'p', 'n', 't1', 'b1', 'k1', 'f1')  -- the first rate with the rest:
+    if h[1] ~= definition then                                                      -- one call for one rate
+        if not h[1] and redis.call('EXISTS', key) == 0 then
+            return created(now_us)
+        end
+        return nil, h[1] or nil
     end
-    local v = {}
-    for j = 1, #h, 2 do
-        v[h[j]] = h[j + 1]
-    end
-    if v.d ~= definition then
-        return nil, v.d
-    end
-    local s = {e = tonumber(v.e), r = {}, p = tonumber(v.p)}
-    for i = 1, tonumber(v.n) do
-        s.r[i] = {t = tonumber(v['t' .. i]), b = tonumber(v['b' .. i]), k = tonumber(v['k' .. i]),
-                  f = tonumber(v['f' .. i])}
+    local s = {e = tonumber(h[2]), p = tonumber(h[3]),
+               r = {{t = tonumber(h[5]), b = tonumber(h[6]), k = tonumber(h[7]), f = tonumber(h[8])}}}
+    local n = tonumber(h[4])
+    if n > 1 then
+        local names = {}
+        for i = 2, n do
+            local j = 4 * (i - 2)
+            names[j + 1], names[j + 2], names[j + 3], names[j + 4] = 't' .. i, 'b' .. i, 'k' .. i, 'f' .. i
+        end
+        local more = redis.call('HMGET', key, unpack(names))
+        for i = 2, n do
+            local j = 4 * (i - 2)
+            s.r[i] = {t = tonumber(more[j + 1]), b = tonumber(more[j + 2]), k = tonumber(more[j + 3]),
+                      f = tonumber(more[j + 4])}
+        end
     end
     return s
 end
@@ -127,14 +134,14 @@ if op == 'reserve' then  -- amount, most ns to wait (-1: any): 0, delay, at, the
     if (wait >= 0 and at - now > wait) or at - now > HORIZON then
         return reply(ETOOLATE, at - now)
     end
-    local record = {int(s.e)}
-    for _, r in ipairs(s.r) do
-        record[#record + 1] = int(r.f)
+    local record = {}  -- each rate's F before and after
+    for i, r in ipairs(s.r) do
+        record[2 * i - 1] = r.f
         r.f = math.max(r.f, at) + need(r, amount)
-        record[#record + 1] = int(r.f)
+        record[2 * i] = r.f
     end
-    stored(s, now)
-    return reply(OK, at - now, at, unpack(record))
+    stored(s, now)  -- the reply as reply() words it, in one format (the hottest path: every acquire takes it)
+    return string.format('%d' .. string.rep(' %.0f', 3 + #record), OK, at - now, at, s.e, unpack(record))
 elseif op == 'cancel' then  -- a reservation's record: restores the rates nobody took from since
     local restored, record = 0, {unpack(W, 2)}
     if not s.fresh and record[1] == int(s.e) then
