@@ -83,6 +83,9 @@ class Clock:
 
 SLOWED_SCRIPTS = {name: _store_redis.Script.of(SLOW_EXPIRY + script.text)
                   for name, script in _store_redis._SCRIPTS.items()}  # what the stores of the streams send
+FORMAT_PROBE = "local INT = string.format('%d', 2 ^ 53 + 2) == '9007199254740994' and '%d' or '%.0f'"
+AS_ON_32_BITS = {name: _store_redis.Script.of(script.text.replace(FORMAT_PROBE, "local INT = '%.0f'"))
+                 for name, script in SLOWED_SCRIPTS.items()}  # integers formatted as where Lua's '%d' has 32 bits
 
 
 class Observed(redis.asyncio.Redis):
@@ -519,7 +522,8 @@ class Stream:
 
 async def run_streams(url: str, seeds: range, make: Callable[[random.Random], list[tuple[float, float, float]]],
                       exact: bool, clock: Clock, seen: Counter[str],
-                      between: Callable[[Stream], Awaitable[None]] | None = None) -> None:
+                      between: Callable[[Stream], Awaitable[None]] | None = None,
+                      scripts: dict[str, _store_redis.Script] = SLOWED_SCRIPTS) -> None:
     """Runs one stream per seed, each on its own key, and says which seed and calls a failure came after."""
     client = Observed.from_url(url)
     assert isinstance(client, Observed)
@@ -529,7 +533,7 @@ async def run_streams(url: str, seeds: range, make: Callable[[random.Random], li
             clock.us = START_US + rng.randrange(10**12)
             store = RedisStore(client, f"parity-{seed}")
             store._client_clock = True
-            store._scripts = SLOWED_SCRIPTS
+            store._scripts = scripts
             stream = Stream(rng, make(rng), exact, store, client, clock, seen)
             try:
                 for _ in range(STEPS):
@@ -575,7 +579,12 @@ def test_float_streams_differ_only_by_rounding(run_on: RunOn[None], redis_url: s
         assert seen[event] > 0, f"no {event!r} in {dict(seen)}"
 
 
-def test_the_epoch_moves_and_results_stay_exact(run_on: RunOn[None], redis_url: str, clock: Clock) -> None:
+@pytest.mark.parametrize("scripts", ["as sent", "as on 32 bits"])
+def test_the_epoch_moves_and_results_stay_exact(run_on: RunOn[None], redis_url: str, clock: Clock,
+                                                scripts: str) -> None:
+    """Also with the integers formatted as a server whose Lua's '%d' has 32 bits would (``%.0f``): the
+    instants here are the largest of the streams."""
+    assert all(FORMAT_PROBE in script.text for script in SLOWED_SCRIPTS.values())
     seen: Counter[str] = Counter()
 
     def rates(rng: random.Random) -> list[tuple[float, float, float]]:
@@ -586,7 +595,8 @@ def test_the_epoch_moves_and_results_stay_exact(run_on: RunOn[None], redis_url: 
             stream.clock.us = max(stream.clock.us, stream.epoch + -(-REBASE_AT // 1000) - stream.rng.randint(1, 5))
 
     run_on(asyncio.new_event_loop(), run_streams(redis_url, range(2000, 2000 + STREAMS), rates, True, clock, seen,
-                                                 near_the_move))
+                                                 near_the_move,
+                                                 SLOWED_SCRIPTS if scripts == "as sent" else AS_ON_32_BITS))
     for event in ("epoch moved", "cancel across the epoch", "granted", "cancel restored all",
                   "a past instant kept at the epoch"):
         assert seen[event] > 0, f"no {event!r} in {dict(seen)}"

@@ -141,7 +141,7 @@ if op == 'reserve' then  -- amount, most ns to wait (-1: any): 0, delay, at, the
         record[2 * i] = r.f
     end
     stored(s, now)  -- the reply as reply() words it, in one format (the hottest path: every acquire takes it)
-    return string.format('%d' .. string.rep(' %.0f', 3 + #record), OK, at - now, at, s.e, unpack(record))
+    return string.format('%d' .. string.rep(' ' .. INT, 3 + #record), OK, at - now, at, s.e, unpack(record))
 elseif op == 'cancel' then  -- a reservation's record: restores the rates nobody took from since
     local restored, record = 0, {unpack(W, 2)}
     if not s.fresh and record[1] == int(s.e) then
