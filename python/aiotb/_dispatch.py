@@ -33,6 +33,7 @@ from ._clock import is_monotonic_loop
 from ._core import PRECISE_TIMER
 
 if TYPE_CHECKING:
+    from ._core import Bucket
     from ._owners import Owners
     from ._tokenbucket import PreciseTimer
 
@@ -59,8 +60,9 @@ class Dispatcher:
         self._precise: PreciseTimer | None = None  # opened at the first short wait, if this loop can watch it
         self._precise_tried = False
 
-    async def wait(self, amount: float, timeout: float | None) -> None:
-        """Queues a request for amount tokens and returns once it is granted. TimeoutError at once,
+    async def wait(self, bucket: Bucket, amount: float, timeout: float | None) -> None:
+        """Queues a request for amount tokens of bucket (the limiter: its caller holds it, where the
+        owners hold it weakly) and returns once it is granted. TimeoutError at once,
         taking nothing, if it cannot be granted within timeout. Cancelled (or interrupted) while
         queued, it leaves the queue; cancelled after its grant, it gives the tokens back.
 
@@ -69,7 +71,6 @@ class Dispatcher:
         (thousands arriving in one iteration), those tasks could resume only after that iteration,
         all together: a burst over the bound where the server sees it."""
         owners, loop = self.owners, self.loop
-        bucket = owners.bucket
         granted: asyncio.Future[None] = loop.create_future()
         ident = bucket._enqueue(amount, timeout, granted, self)
         try:

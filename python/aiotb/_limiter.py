@@ -381,11 +381,11 @@ class Limiter(Bucket):
 
     def _wait(self, amount: float, timeout: float | None) -> Coroutine[Any, Any, None]:
         """The wait of a request the engine could not grant at once, on the running loop."""
-        return self._owners.dispatcher(self._running_loop()).wait(amount, timeout)
+        return self._owners.dispatcher(self._running_loop()).wait(self, amount, timeout)
 
     async def _wait_to_hold(self, amount: float) -> None:
         """The wait of ``async with`` on a window: the grant is held until ``__aexit__``."""
-        await self._owners.dispatcher().wait(amount, None)
+        await self._owners.dispatcher().wait(self, amount, None)
         self._hold(amount)
 
     def _over_capacity(self, amount: object) -> Exception:
