@@ -98,12 +98,12 @@ class LoggedLimiter(RedisLimiter):
         self.afresh = 0  # grants of tokens taken afresh in place of a stale reservation
         self._slot: Any = None  # the reservation _grant is granting
 
-    async def _grant(self, waiter: Any, slot: Any) -> Any:
+    async def _grant(self, waiter: Any, slot: Any, loop: asyncio.AbstractEventLoop) -> Any:
         self._slot = slot
-        return await super()._grant(waiter, slot)
+        return await super()._grant(waiter, slot, loop)
 
-    def _count_grant(self, amount: float, enqueued: float | None, reserved: Reserved) -> None:
-        super()._count_grant(amount, enqueued, reserved)
+    def _count_grant(self, amount: float, waited: float | None, reserved: Reserved) -> None:
+        super()._count_grant(amount, waited, reserved)
         slot = self._slot
         if slot is not None and slot.reserved is reserved:
             target = slot.at

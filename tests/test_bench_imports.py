@@ -250,3 +250,21 @@ def test_the_benchmarks_replay_the_engine_s_late_credit():
     from aiotb._bucket_py import LATE_CREDIT_TOKENS
 
     assert _constant("scenarios", "LATE_CREDIT_TOKENS") == LATE_CREDIT_TOKENS
+
+
+def test_the_redis_benchmark_s_logged_limiter_overrides_take_the_limiter_s_parameters():
+    """redis_store_workers.LoggedLimiter hooks steps of RedisLimiter to log its grants: each override
+    takes the parameters of the step it overrides, as a change of one would otherwise fail only mid-run."""
+    import inspect
+
+    from aiotb._redis_limiter import RedisLimiter
+
+    tree = ast.parse((BENCHMARKS / "redis_store_workers.py").read_text())
+    logged = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "LoggedLimiter")
+    overrides = [node for node in logged.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and node.name != "__init__" and hasattr(RedisLimiter, node.name)]
+    assert {node.name for node in overrides} >= {"_grant", "_count_grant"}
+    for node in overrides:
+        ours = [argument.arg for argument in node.args.args]
+        theirs = list(inspect.signature(getattr(RedisLimiter, node.name)).parameters)
+        assert len(ours) == len(theirs), f"LoggedLimiter.{node.name}{tuple(ours)} overrides {tuple(theirs)}"
