@@ -10,7 +10,7 @@
 -- it is as good as now). So every value stays below 2^53: exact.
 --
 -- ARGV: the definition (what the key was created with), the operation (its name, then its own words, in one
--- string: each argument costs the client more than the script's split), the client's time in microseconds, and
+-- string: the client pays for each argument it sends), the client's time in microseconds, and
 -- "1" to use it even where TIME works (tests drive time so). A reply is one string of words (one string parses
 -- faster than an array): a status (0 ok, 1 an amount above what one grant may take, 3 not within the wait asked,
 -- 4 not before held grants end, 5 a key of another definition, then the stored one), then op's own words.
