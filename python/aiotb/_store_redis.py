@@ -3,8 +3,8 @@ the server: rates in one hash, a window in a hash and a sorted set beside it. Ea
 round trip: a Lua script (``_redis_gcra.lua`` or ``_redis_window.lua``, each after
 ``_redis_common.lua``; sent by EVALSHA and loaded again after ``NOSCRIPT``) that reads the server's
 clock, decides and records. The store sends EVALSHA itself, with three arguments: the client pays
-on every call for redis-py's ``Script`` object and for each argument it sends. This module knows where the state lives and nothing of event loops;
-``_redis_limiter`` waits."""
+on every call for redis-py's ``Script`` object and for each argument it sends. This module knows
+where the state lives and nothing of event loops; ``_redis_limiter`` waits."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ class RedisStore:
     ``"allow"`` let it through unlimited (unsafe: the quota is not kept while Redis is away), or
     a local ``Limiter`` to take from instead, until Redis answers again."""
 
-    __slots__ = ("_redis", "_key", "_hash_key", "_on_error", "_scripts", "_client_clock", "_url")
+    __slots__ = ("_redis", "_key", "_on_error", "_scripts", "_client_clock", "_url")
 
     def __init__(self, redis: Redis | RedisCluster | str, key: str, *, on_error: OnError | Limiter = "raise") -> None:
         from ._limiter import Limiter
@@ -85,7 +85,6 @@ class RedisStore:
         self._redis = client
         self._url = redis if isinstance(redis, str) else None
         self._key = key
-        self._hash_key = "aiotb:{" + key + "}"
         self._on_error: OnError | Limiter = on_error
         self._scripts = _SCRIPTS
         self._client_clock = False  # True: the script takes the client's time even where TIME works (tests)
@@ -103,7 +102,7 @@ class RedisStore:
     @property
     def redis_key(self) -> str:
         """The Redis key of the hash that holds the limits (a window's log is this and ``:log``)."""
-        return self._hash_key
+        return "aiotb:{" + self._key + "}"
 
     @property
     def on_error(self) -> OnError | Limiter:
@@ -118,7 +117,6 @@ class RedisStore:
         child._redis, child._url, child._on_error = self._redis, self._url, self._on_error
         child._scripts, child._client_clock = self._scripts, self._client_clock
         child._key = f"{self._key}:{key}"
-        child._hash_key = "aiotb:{" + child._key + "}"
         return child
 
     def __repr__(self) -> str:
@@ -184,7 +182,7 @@ class RedisStore:
         the words of its reply, status first (0, 1, 3 or 4); its failures as StoreUnavailable,
         StoreCorrupt or ValueError."""
         try:
-            key = self._hash_key
+            key = self.redis_key
             keys: tuple[int | str, ...]
             if definition.startswith("window"):
                 script, keys = self._scripts["window"], (2, key, key + ":log")
