@@ -50,8 +50,8 @@ class Profile:
     churn: dict[str, Any]
     classic: dict[str, Any]
     smooth_repetitions: int = 1  # for aiotb and the paced floor, side by side; the others run once
-    smooth_competitors: list[str] = field(default_factory=lambda: ["aiotb", "paced-floor", "aiotb-looptimer", "aiotb-py",
-                                                                   "aiolimiter", "no-limiter"])
+    smooth_competitors: list[str] = field(default_factory=lambda: [
+        "aiotb", "paced-floor", "aiotb-looptimer", "aiotb-py", "aiolimiter", "no-limiter"])
 
 
 FULL = Profile(
