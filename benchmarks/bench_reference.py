@@ -169,6 +169,14 @@ def _bare_bucket(rate: float, burst: float | None):
     return load_noop().BareBucket(rate)
 
 
+def _bound_noop_context(rate: float, burst: float | None):
+    return load_noop().BoundNoopContext()
+
+
+def _bound_bare_bucket(rate: float, burst: float | None):
+    return load_noop().BoundBareBucket(rate)
+
+
 EMPTY_LOOP = Competitor(
     key="empty-loop",
     label="empty loop (reference)",
@@ -211,6 +219,26 @@ BARE_BUCKET = Competitor(
     scenarios=frozenset({"uncontended"}),
 )
 
+BOUND_NOOP = Competitor(
+    key="c-noop-bound",
+    label="C no-op async CM, methods bound once (floor)",
+    make=_bound_noop_context,
+    acquire=None,
+    reference=True,
+    mapping="noop/_noopcm.c: the C no-op with __aenter__/__aexit__ bound once per instance, as aiotb binds them",
+    scenarios=frozenset({"uncontended"}),
+)
+
+BOUND_BARE_BUCKET = Competitor(
+    key="c-bucket-bound",
+    label="bare C bucket, methods bound once (reference)",
+    make=_bound_bare_bucket,
+    acquire=None,
+    reference=True,
+    mapping="noop/_noopcm.c: the bare C bucket with __aenter__/__aexit__ bound once per instance",
+    scenarios=frozenset({"uncontended"}),
+)
+
 NO_LIMITER = Competitor(
     key="no-limiter",
     label="no limiter: sleep to ideal slot (floor)",
@@ -235,5 +263,5 @@ PACED_FLOOR = Competitor(
     scenarios=frozenset({"smooth"}),
 )
 
-COMPETITORS = [EMPTY_LOOP, PYTHON_NOOP, C_NOOP, BARE_BUCKET, NO_LIMITER, PACED_FLOOR]
-NOOP_KEYS = (C_NOOP.key, BARE_BUCKET.key)  # the ones that need noop/_noopcm.c built
+COMPETITORS = [EMPTY_LOOP, PYTHON_NOOP, C_NOOP, BARE_BUCKET, BOUND_NOOP, BOUND_BARE_BUCKET, NO_LIMITER, PACED_FLOOR]
+NOOP_KEYS = (C_NOOP.key, BARE_BUCKET.key, BOUND_NOOP.key, BOUND_BARE_BUCKET.key)  # the ones that need noop/_noopcm.c built

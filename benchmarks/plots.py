@@ -29,6 +29,8 @@ COLOURS = {
     "paced-floor": "#17becf",
     "c-noop": "#000000",
     "c-bucket": "#525252",
+    "c-noop-bound": "#3a3a3a",
+    "c-bucket-bound": "#737373",
     "py-noop": "#bcbd22",
     "empty-loop": "#c7c7c7",
 }

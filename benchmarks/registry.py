@@ -19,6 +19,8 @@ FILES = {
     "paced-floor": "bench_reference",
     "c-noop": "bench_reference",
     "c-bucket": "bench_reference",
+    "c-noop-bound": "bench_reference",
+    "c-bucket-bound": "bench_reference",
     "py-noop": "bench_reference",
     "empty-loop": "bench_reference",
 }

@@ -12,7 +12,10 @@ pending, and KeyboardInterrupt while waiting. No crash, no leak, and the documen
 - KeyboardInterrupt thrown into a waiting acquire withdraws it (or gives its tokens back if it
   was granted already); raised by a callback, it stops the loop with the waiters still queued
   and untouched; under ``asyncio.Runner`` (``asyncio.run``), SIGINT cancels the main task,
-  whose wait is withdrawn, and then surfaces as KeyboardInterrupt."""
+  whose wait is withdrawn, and then surfaces as KeyboardInterrupt;
+- ``__aenter__`` and ``__aexit__``: C binds each once per limiter, at its first lookup, so an
+  uncontended ``async with`` allocates nothing; the twin binds them at each lookup. A limiter
+  used in ``async with`` is still collected once unreachable."""
 
 from __future__ import annotations
 
@@ -219,6 +222,81 @@ def test_loop_closed_with_waiters_pending(lib, vrun):
     assert all(not task.done() for task in tasks)
     del tasks
     gc.collect()
+
+
+# ---- __aenter__ and __aexit__ bound once per limiter (C) ----
+
+@pytest.mark.parametrize("kind", ["Limiter", "AsyncLimiter", "WindowLimiter", "subclass"])
+def test_bound_methods_are_kept_per_limiter(lib, kind):
+    class Sub(lib.AsyncLimiter):
+        pass
+
+    make = {"Limiter": lambda: lib.Limiter(10, 3600), "AsyncLimiter": lambda: lib.AsyncLimiter(10, 3600),
+            "WindowLimiter": lambda: lib.WindowLimiter(10, 3600), "subclass": lambda: Sub(10, 3600)}[kind]
+    limiter, other = make(), make()
+    enter, leave = limiter.__aenter__, limiter.__aexit__
+    assert (enter.__self__, leave.__self__) == (limiter, limiter)
+    assert (enter.__name__, leave.__name__) == ("__aenter__", "__aexit__")
+    assert (limiter.__aenter__ is enter, limiter.__aexit__ is leave) == ((lib.name == "c",) * 2)
+    assert other.__aenter__ is not enter
+    # looked up on the class, the method is the engine's own, callable with the limiter
+    assert type(limiter).__aenter__ is lib.Limiter.__aenter__
+    assert type(limiter).__aenter__.__name__ == "__aenter__"
+    awaitable = type(limiter).__aenter__(limiter)
+    assert limiter.tokens == pytest.approx(9, abs=0.01)
+    if hasattr(awaitable, "close"):
+        awaitable.close()
+
+
+def test_bound_descriptor_refuses_another_class(lib):
+    descriptor = lib.Limiter.__dict__.get("__aenter__")
+    if lib.name == "python":
+        assert descriptor is None  # inherited from the twin's Bucket: an ordinary function there
+        return
+    assert "bound once per instance" in repr(descriptor)
+    with pytest.raises(TypeError, match="'__aenter__' for 'Limiter' objects doesn't apply to a 'object' object"):
+        descriptor.__get__(object(), object)
+    with pytest.raises(TypeError, match="doesn't apply to a 'AsyncLimiter' object"):
+        lib.WindowLimiter.__dict__["__aexit__"].__get__(lib.AsyncLimiter(10, 1), lib.AsyncLimiter)
+
+
+def test_subclasses_keep_their_own_or_get_bound_ones(lib, vrun):
+    entered: list[str] = []
+
+    class Counting(lib.AsyncLimiter):  # overrides __aenter__ the way aiolimiter users do
+        async def __aenter__(self) -> None:
+            entered.append("counted")
+            await super().__aenter__()
+
+    class Plain(Counting):
+        pass
+
+    class Sub(lib.AsyncLimiter):
+        pass
+
+    async def main() -> list[float]:
+        counting, plain, sub = Counting(10, 1), Plain(10, 1), Sub(10, 1)
+        for limiter in (counting, plain, sub):
+            async with limiter:
+                pass
+        return [counting.tokens, plain.tokens, sub.tokens]
+
+    assert vrun(main()) == [9.0, 9.0, 9.0]
+    assert entered == ["counted", "counted"]
+    assert Counting.__aenter__ is not lib.AsyncLimiter.__aenter__
+    assert (Sub.__dict__.get("__aenter__") is not None) == (lib.name == "c")
+
+
+def test_limiter_used_in_async_with_is_collected(lib, vrun):
+    async def use() -> weakref.ref:  # type: ignore[type-arg]
+        limiter = lib.Limiter(10, 1)
+        async with limiter:
+            pass
+        return weakref.ref(limiter)
+
+    ref = vrun(use())
+    gc.collect()
+    assert ref() is None
 
 
 # ---- KeyboardInterrupt while waiting ----

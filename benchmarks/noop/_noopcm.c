@@ -7,15 +7,26 @@
  *
  * BareBucket adds the least an exact limiter must do on top: read
  * CLOCK_MONOTONIC, check and take one token of a GCRA bucket. It never waits
- * (an empty bucket raises), so it only serves the uncontended measurement. */
+ * (an empty bucket raises), so it only serves the uncontended measurement.
+ *
+ * BoundNoopContext and BoundBareBucket are the same with __aenter__ and
+ * __aexit__ bound once per instance, as aiotb binds them: `async with` looks
+ * both methods up at every entry, and a method descriptor makes a new bound
+ * method each time; a Bound descriptor makes it at the first lookup and keeps
+ * it in the instance (a cycle the cyclic GC frees). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
+#include <string.h>
 #include <time.h>
 
 typedef struct {
     PyTypeObject *done_type;
     PyTypeObject *context_type;
     PyTypeObject *bucket_type;
+    PyTypeObject *bound_type;
+    PyTypeObject *bound_context_type;
+    PyTypeObject *bound_bucket_type;
     PyObject *done;  /* the one finished awaitable */
 } noop_state;
 
@@ -68,7 +79,9 @@ static PyType_Spec done_spec = {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *done;  /* strong reference to the module's finished awaitable */
+    PyObject *done;   /* strong reference to the module's finished awaitable */
+    PyObject *entry;  /* the Bound* types: __aenter__ bound to this instance from its first lookup, or NULL */
+    PyObject *exit;   /* the same for __aexit__ */
 } ContextObject;
 
 static PyObject *context_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
@@ -91,12 +104,16 @@ static int context_traverse(PyObject *op, visitproc visit, void *arg)
 {
     Py_VISIT(Py_TYPE(op));
     Py_VISIT(((ContextObject *)op)->done);
+    Py_VISIT(((ContextObject *)op)->entry);
+    Py_VISIT(((ContextObject *)op)->exit);
     return 0;
 }
 
 static int context_clear(PyObject *op)
 {
     Py_CLEAR(((ContextObject *)op)->done);
+    Py_CLEAR(((ContextObject *)op)->entry);
+    Py_CLEAR(((ContextObject *)op)->exit);
     return 0;
 }
 
@@ -140,7 +157,7 @@ static PyType_Slot context_slots[] = {
 static PyType_Spec context_spec = {
     .name = "_noopcm.NoopContext",
     .basicsize = sizeof(ContextObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = context_slots,
 };
 
@@ -209,9 +226,77 @@ static PyType_Slot bucket_slots[] = {
 static PyType_Spec bucket_spec = {
     .name = "_noopcm.BareBucket",
     .basicsize = sizeof(BucketObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = bucket_slots,
 };
+
+/* ---- Bound: a method bound once per instance ---- */
+
+typedef struct {
+    PyObject_HEAD
+    PyMethodDef *def;   /* static, in context_methods or bucket_methods */
+    Py_ssize_t offset;  /* offsetof(ContextObject, entry or exit) */
+} BoundObject;
+
+// tp_descr_get: the instance's kept bound method, made at its first lookup; on the class, the descriptor itself.
+static PyObject *bound_get(PyObject *op, PyObject *instance, PyObject *Py_UNUSED(type))
+{
+    BoundObject *self = (BoundObject *)op;
+    if (instance == NULL || instance == Py_None)
+        return Py_NewRef(op);
+    PyObject **kept = (PyObject **)((char *)instance + self->offset);
+    if (*kept == NULL && (*kept = PyCFunction_New(self->def, instance)) == NULL)
+        return NULL;
+    return Py_NewRef(*kept);
+}
+
+static void bound_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot bound_slots[] = {
+    {Py_tp_descr_get, bound_get},
+    {Py_tp_dealloc, bound_dealloc},
+    {0, NULL},
+};
+
+static PyType_Spec bound_spec = {
+    .name = "_noopcm.Bound",
+    .basicsize = sizeof(BoundObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = bound_slots,
+};
+
+// A new subclass of base named name whose __aenter__ and __aexit__ (from methods) are bound once; NULL on error.
+static PyTypeObject *bound_subclass(PyObject *module, PyTypeObject *bound_type, PyTypeObject *base, const char *name,
+                                    PyMethodDef *methods)
+{
+    PyType_Slot slots[] = {{Py_tp_traverse, context_traverse}, {Py_tp_clear, context_clear}, {0, NULL}};
+    PyType_Spec spec = {.name = name, .basicsize = 0, .slots = slots,
+                        .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC};  /* mutable until its methods are set */
+    PyTypeObject *type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &spec, (PyObject *)base);
+    if (type == NULL)
+        return NULL;
+    for (PyMethodDef *def = methods; def->ml_name != NULL; def++) {
+        BoundObject *bound = PyObject_New(BoundObject, bound_type);
+        if (bound == NULL)
+            goto fail;
+        bound->def = def;
+        bound->offset = strcmp(def->ml_name, "__aenter__") == 0 ? offsetof(ContextObject, entry)
+                                                                 : offsetof(ContextObject, exit);
+        int rc = PyObject_SetAttrString((PyObject *)type, def->ml_name, (PyObject *)bound);
+        Py_DECREF(bound);
+        if (rc < 0)
+            goto fail;
+    }
+    return type;
+fail:
+    Py_DECREF(type);
+    return NULL;
+}
 
 /* ---- module ---- */
 
@@ -228,9 +313,20 @@ static int noop_exec(PyObject *module)
     if (st->context_type == NULL || PyModule_AddType(module, st->context_type) < 0)
         return -1;
     st->bucket_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &bucket_spec, NULL);
-    if (st->bucket_type == NULL)
+    if (st->bucket_type == NULL || PyModule_AddType(module, st->bucket_type) < 0)
         return -1;
-    return PyModule_AddType(module, st->bucket_type);
+    st->bound_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &bound_spec, NULL);
+    if (st->bound_type == NULL)
+        return -1;
+    st->bound_context_type = bound_subclass(module, st->bound_type, st->context_type, "_noopcm.BoundNoopContext",
+                                            context_methods);
+    if (st->bound_context_type == NULL || PyModule_AddType(module, st->bound_context_type) < 0)
+        return -1;
+    st->bound_bucket_type = bound_subclass(module, st->bound_type, st->bucket_type, "_noopcm.BoundBareBucket",
+                                           bucket_methods);
+    if (st->bound_bucket_type == NULL)
+        return -1;
+    return PyModule_AddType(module, st->bound_bucket_type);
 }
 
 static int noop_traverse(PyObject *module, visitproc visit, void *arg)
@@ -239,6 +335,9 @@ static int noop_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->done_type);
     Py_VISIT(st->context_type);
     Py_VISIT(st->bucket_type);
+    Py_VISIT(st->bound_type);
+    Py_VISIT(st->bound_context_type);
+    Py_VISIT(st->bound_bucket_type);
     Py_VISIT(st->done);
     return 0;
 }
@@ -247,6 +346,9 @@ static int noop_clear(PyObject *module)
 {
     noop_state *st = get_state(module);
     Py_CLEAR(st->done);
+    Py_CLEAR(st->bound_bucket_type);
+    Py_CLEAR(st->bound_context_type);
+    Py_CLEAR(st->bound_type);
     Py_CLEAR(st->bucket_type);
     Py_CLEAR(st->context_type);
     Py_CLEAR(st->done_type);

@@ -13,7 +13,9 @@ that dropping it unawaited warns as C does. Unconfigured, the error names ``type
 conversions (C's ``PyFloat_AsDouble``, ``PyArg_ParseTuple``) are mirrored closely, not exactly:
 some TypeError texts differ. An error from a waiter's ``done()`` during ``_grant_due`` reaches
 ``sys.unraisablehook`` through a finalizer (C: ``PyErr_WriteUnraisable``), at once on CPython and at
-the next collection elsewhere. ``_pause_until(nan)`` does nothing (C raises SystemError; the
+the next collection elsewhere. ``limiter.__aenter__`` and ``__aexit__`` are bound methods made at
+each lookup (C keeps one of each per limiter, made at the first, so a limiter used in ``async with``
+is freed by the cyclic GC). ``_pause_until(nan)`` does nothing (C raises SystemError; the
 limiter never passes NaN). Threads: each C call is one step under the GIL (it runs no Python code
 while it changes the core); here, Python code, each method that reads the clock or touches the
 core holds the bucket's lock instead."""

@@ -15,6 +15,7 @@
 #include "binding/awaitables.h"
 #include "binding/waiters.h"
 #include "binding/timer.h"
+#include "binding/bound.h"
 
 static PyModuleDef tokenbucket_module;
 
@@ -103,6 +104,8 @@ static int bucket_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->domain);
     Py_VISIT(self->segment);
     Py_VISIT(self->shared_error);
+    Py_VISIT(self->entry);
+    Py_VISIT(self->exit);
     if (self->configured)
         for (uint32_t s = self->core.head; s != TB_NIL; s = self->core.slots[s].next)
             Py_VISIT((PyObject *)self->core.slots[s].handle);
@@ -117,6 +120,8 @@ static int bucket_clear(PyObject *op)
     Py_CLEAR(self->domain);
     Py_CLEAR(self->segment);
     Py_CLEAR(self->shared_error);
+    Py_CLEAR(self->entry);
+    Py_CLEAR(self->exit);
     return 0;
 }
 
@@ -368,16 +373,18 @@ static PyMethodDef bucket_methods[] = {
 };
 
 // __init_subclass__(): gives the new class its own descriptor of each Bucket method it inherits unchanged.
-// Calling a method descriptor, as `async with` does with __aenter__, first checks that self is an
-// instance of the descriptor's class: one compare when self's class is that very class, else a walk
-// up self's MRO, paid by every `async with` on a subclass such as Limiter. A method is inherited
-// unchanged when the class finds Bucket's own descriptor for it. None, or NULL with an exception.
+// Calling a method descriptor first checks that self is an instance of the descriptor's class: one
+// compare when self's class is that very class, else a walk up self's MRO, paid by every call on a
+// subclass such as Limiter. __aenter__ and __aexit__ get a Bound (bound.h), which `async with` finds
+// without allocating. A method is inherited unchanged when the class finds Bucket's own descriptor
+// for it. None, or NULL with an exception.
 static PyObject *bucket_init_subclass(PyObject *cls, PyObject *Py_UNUSED(ignored))
 {
     PyObject *module = PyType_GetModuleByDef((PyTypeObject *)cls, &tokenbucket_module);
     if (module == NULL)
         return NULL;
-    PyObject *base = (PyObject *)((tb_state *)PyModule_GetState(module))->bucket_type;
+    tb_state *st = PyModule_GetState(module);
+    PyObject *base = (PyObject *)st->bucket_type;
     for (PyMethodDef *def = bucket_methods; def->ml_name != NULL; def++) {
         if (def->ml_flags & METH_CLASS)
             continue;
@@ -385,12 +392,16 @@ static PyObject *bucket_init_subclass(PyObject *cls, PyObject *Py_UNUSED(ignored
         PyObject *own = inherited ? PyObject_GetAttrString(base, def->ml_name) : NULL;
         bool unchanged = own != NULL && inherited == own;
         Py_XDECREF(inherited);
-        Py_XDECREF(own);
-        if (PyErr_Occurred())
-            return NULL;
-        if (!unchanged)  /* overridden on the way */
+        if (!unchanged) {  /* overridden on the way, or an error */
+            Py_XDECREF(own);
+            if (PyErr_Occurred())
+                return NULL;
             continue;
-        PyObject *copy = PyDescr_NewMethod((PyTypeObject *)cls, def);
+        }
+        Py_ssize_t place = bound_place(def);
+        PyObject *copy = place >= 0 ? bound_new(st->bound_type, def, place, (PyTypeObject *)cls, own)
+                                   : PyDescr_NewMethod((PyTypeObject *)cls, def);
+        Py_DECREF(own);
         int rc = copy ? PyObject_SetAttrString(cls, def->ml_name, copy) : -1;
         Py_XDECREF(copy);
         if (rc < 0)
@@ -444,7 +455,8 @@ static int tokenbucket_exec(PyObject *module)
     st->bucket_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &bucket_spec, NULL);
     st->seen_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &seen_spec, NULL);
     st->acquisition_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &acquisition_spec, NULL);
-    if (!st->ready_type || !st->bucket_type || !st->seen_type || !st->acquisition_type)
+    st->bound_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &bound_spec, NULL);
+    if (!st->ready_type || !st->bucket_type || !st->seen_type || !st->acquisition_type || !st->bound_type)
         return -1;
     st->ready = PyType_GenericAlloc(st->ready_type, 0);
     st->get_running_loop = import_attribute("asyncio.events", "_get_running_loop");
@@ -498,6 +510,7 @@ static int tokenbucket_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->seen_type);
     Py_VISIT(st->ready_type);
     Py_VISIT(st->acquisition_type);
+    Py_VISIT(st->bound_type);
     Py_VISIT(st->ready);
     Py_VISIT(st->get_running_loop);
     Py_VISIT(st->is_monotonic_loop);
@@ -518,6 +531,7 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->seen_type);
     Py_CLEAR(st->ready_type);
     Py_CLEAR(st->acquisition_type);
+    Py_CLEAR(st->bound_type);
     Py_CLEAR(st->ready);
     Py_CLEAR(st->get_running_loop);
     Py_CLEAR(st->is_monotonic_loop);

@@ -69,6 +69,7 @@ typedef struct {
     PyTypeObject *seen_type;
     PyTypeObject *ready_type;
     PyTypeObject *acquisition_type;
+    PyTypeObject *bound_type;    /* Bound (bound.h) */
     PyObject *ready;             /* the one done awaitable */
     PyObject *get_running_loop;  /* asyncio.events._get_running_loop */
     PyObject *is_monotonic_loop; /* aiotb._clock.is_monotonic_loop */
@@ -101,6 +102,8 @@ typedef struct {
     PyObject *segment;  /* the Segment newcomers take from (shared.h), or NULL: the core's own limits */
     PyObject *shared_error; /* with a segment: the exception class for a corrupt one (aiotb.StoreCorrupt) */
     bool shared_busy;   /* with a segment: a waiter of this process is queued (the Python layer says) */
+    PyObject *entry;    /* __aenter__ bound to this bucket, kept from its first lookup (bound.h), or NULL */
+    PyObject *exit;     /* __aexit__, the same way */
 } BucketObject;
 
 /* What one thread has proven (clock.h): a loop whose clock is CLOCK_MONOTONIC and, on 3.11-3.13, the
