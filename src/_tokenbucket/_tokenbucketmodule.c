@@ -6,7 +6,8 @@
  * Limiter._wait, which then drives the queue with one call per decision: _enqueue, _grant_due,
  * _withdraw, _refund. The concerns live in the headers of binding/, one translation unit: state, clock, params,
  * awaitables, the queue's calls for the dispatcher (waiters.h), the precise timer and the shared segment (Segment,
- * over shm.h, and a bucket's fast path over it, shared.h); this file holds the Bucket type and the module. */
+ * over shm.h, and a bucket's fast path over it, shared.h), `async with`'s two methods bound once per bucket
+ * (bound.h); this file holds the Bucket type and the module. */
 #include "binding/state.h"
 #include "binding/clock.h"
 #include "binding/params.h"
