@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import threading
+import warnings
 from typing import Any
 
 import pytest
@@ -160,3 +162,24 @@ def test_the_engine_names_the_running_loop_as_asyncio_does(lib):
     thread.start()
     thread.join(timeout=60)
     assert named == [True] * 7
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_names_the_running_loop_as_asyncio_does(lib):
+    """A child forked inside a task, entering a new context (as its next task step would): asyncio 3.11
+    answers None there, later versions the loop; the engine gives asyncio's answer."""
+    async def main() -> int:
+        limiter = lib.Limiter(1000, 1, burst=1)
+        limiter.try_acquire()  # proves this loop's clock, on the C engine
+        await asyncio.sleep(0)
+        limiter.try_acquire()  # a new task step: found running again
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork() in a process with threads
+            pid = os.fork()
+        if pid == 0:
+            answers = contextvars.copy_context().run(
+                lambda: (limiter._running_loop(), asyncio.events._get_running_loop()))
+            os._exit(0 if answers[0] is answers[1] else 1)
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+    assert asyncio.run(main()) == 0

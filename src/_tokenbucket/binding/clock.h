@@ -12,7 +12,14 @@
  * loop cannot change within one version. The context version is a CPython-internal field, read only
  * on the versions that have it (3.11-3.13, GIL builds); the build switch AIOTB_PUBLIC_CLOCK=1
  * (setup.py) builds the public path there too, and the test suite runs on both.
- * Class changes: type watchers on 3.12+ (public); the class's version tag on 3.11. */
+ * Class changes: type watchers on 3.12+ (public); the class's version tag on 3.11.
+ *
+ * On 3.11 a new context version (each task step has one) would cost that system call at the step's first
+ * reading: a release of 10,000 queued tasks paid it 10,000 times. There, asyncio keeps the running loop in a
+ * holder object under "__asyncio_running_event_loop__" in the thread-state dict, made anew at each change
+ * of the running loop; so while that very object is there (the thread holds a reference to it), and the
+ * process has not forked (asyncio 3.11 answers None in a forked child), the running loop is the one found
+ * with it. Without that key (asyncio's pure-Python implementation) every new version asks asyncio. */
 #ifndef AIOTB_BINDING_CLOCK_H
 #define AIOTB_BINDING_CLOCK_H
 
@@ -22,6 +29,11 @@
 
 #if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED) && !defined(AIOTB_PUBLIC_CLOCK)
 #define AIOTB_TRUST_CONTEXT_VERSION 1
+#if PY_VERSION_HEX < 0x030C0000
+#define AIOTB_TRUST_LOOP_HOLDER 1
+#include <errno.h>
+#include <pthread.h>
+#endif
 #endif
 
 // CLOCK_MONOTONIC now, in nanoseconds.
@@ -199,6 +211,7 @@ static int seen_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->proof.loop);
     Py_VISIT(self->proof.loop_type);
     Py_VISIT(self->proof.loop_dict);
+    Py_VISIT(self->loop_holder);
     return 0;
 }
 
@@ -206,6 +219,7 @@ static int seen_clear(PyObject *op)
 {
     proof_clear(&((SeenObject *)op)->proof);
     ((SeenObject *)op)->running = false;
+    Py_CLEAR(((SeenObject *)op)->loop_holder);
     return 0;
 }
 
@@ -269,6 +283,49 @@ COLD static SeenObject *seen_get(tb_state *st)
     return rc < 0 ? NULL : (SeenObject *)made;
 }
 
+#ifdef AIOTB_TRUST_LOOP_HOLDER
+/* ---- 3.11: asyncio's running-loop holder ---- */
+
+static _Atomic uint64_t forks;  /* forks of this process and its parents; a child sees one more than its parent */
+
+// pthread_atfork's child handler: counts the fork.
+static void count_fork(void)
+{
+    forks++;
+}
+
+// Registers count_fork once per process image. 0, or -1 with OSError.
+static int watch_forks(void)
+{
+    static _Atomic bool registered;
+    if (registered)
+        return 0;
+    int error = pthread_atfork(NULL, NULL, count_fork);
+    if (error != 0)
+        return errno = error, PyErr_SetFromErrno(PyExc_OSError), -1;
+    registered = true;
+    return 0;
+}
+
+// asyncio's running-loop holder in this thread's state dict (borrowed), or NULL, with no exception.
+static inline ALWAYS_INLINE PyObject *loop_holder(tb_state *st)
+{
+    PyObject *dict = PyThreadState_GetDict();
+    PyObject *holder = dict ? PyDict_GetItemWithError(dict, st->str_loop_holder) : NULL;  /* a str key: no error */
+    return holder;
+}
+
+// Whether the running loop is still the one seen found running: asyncio has not changed it since, in
+// this process. Then seen trusts the current context version too.
+static inline ALWAYS_INLINE bool same_running_loop(tb_state *st, SeenObject *seen, PyThreadState *ts)
+{
+    if (seen->loop_holder == NULL || seen->loop_holder != loop_holder(st) || seen->forks != forks)
+        return false;
+    seen->context_ver = ts->context_ver;
+    return true;
+}
+#endif
+
 /* ---- reading the clock ---- */
 
 // Moves the core onto another clock (domain: a loop, or NULL for CLOCK_MONOTONIC) that reads now.
@@ -317,6 +374,9 @@ COLD static int bucket_now_slow(BucketObject *self, PyObject *loop, tb_ns *now)
     tb_state *st = self->state;
     PyObject *domain = NULL;
     int rc = -1;
+#ifdef AIOTB_TRUST_LOOP_HOLDER
+    PyObject *holder = Py_XNewRef(loop_holder(st));  /* the one that names loop: nothing ran since asyncio's answer */
+#endif
     SeenObject *seen = seen_get(st);
     if (seen == NULL)
         goto done;
@@ -342,6 +402,10 @@ COLD static int bucket_now_slow(BucketObject *self, PyObject *loop, tb_ns *now)
     seen->running = domain == NULL && loop == seen->proof.loop;
     seen->context_ver = PyThreadState_Get()->context_ver;
 #endif
+#ifdef AIOTB_TRUST_LOOP_HOLDER
+    Py_XSETREF(seen->loop_holder, seen->running ? Py_XNewRef(holder) : NULL);
+    seen->forks = forks;
+#endif
     if (domain != self->domain) {
         if (may_switch_clock(self) < 0)
             goto done;
@@ -350,6 +414,9 @@ COLD static int bucket_now_slow(BucketObject *self, PyObject *loop, tb_ns *now)
     *now = bucket_read(self, *now);
     rc = 0;
 done:
+#ifdef AIOTB_TRUST_LOOP_HOLDER
+    Py_XDECREF(holder);
+#endif
     Py_DECREF(loop);
     return rc;
 }
@@ -363,8 +430,11 @@ static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
 #ifdef AIOTB_TRUST_CONTEXT_VERSION
     PyThreadState *ts = PyThreadState_Get();
     SeenObject *seen = seen_find(st, ts);
-    if (seen != NULL && seen->running && self->domain == NULL && ts->context_ver == seen->context_ver &&
-        proof_holds(st, &seen->proof, seen->proof.loop)) {
+    if (seen != NULL && seen->running && self->domain == NULL && (ts->context_ver == seen->context_ver
+#ifdef AIOTB_TRUST_LOOP_HOLDER
+                                                                   || same_running_loop(st, seen, ts)
+#endif
+                                                                   ) && proof_holds(st, &seen->proof, seen->proof.loop)) {
         *now = bucket_read(self, monotonic_ns());
         return 0;
     }
@@ -392,7 +462,11 @@ static PyObject *bucket_running_loop(PyObject *op, PyObject *Py_UNUSED(ignored))
 #ifdef AIOTB_TRUST_CONTEXT_VERSION
     PyThreadState *ts = PyThreadState_Get();
     SeenObject *seen = seen_find(st, ts);
-    if (seen != NULL && seen->running && ts->context_ver == seen->context_ver)
+    if (seen != NULL && seen->running && (ts->context_ver == seen->context_ver
+#ifdef AIOTB_TRUST_LOOP_HOLDER
+                                           || same_running_loop(st, seen, ts)
+#endif
+                                           ))
         return Py_NewRef(seen->proof.loop);
 #endif
     return PyObject_CallNoArgs(st->get_running_loop);

@@ -86,6 +86,7 @@ typedef struct {
     PyObject *str_done;
     PyObject *str_drop_closed;
     PyObject *str_seen;          /* this module's key in each thread's state dict (see clock.h) */
+    PyObject *str_loop_holder;   /* 3.11: asyncio's key for the running loop in that dict (see clock.h) */
     PyObject *segment_corrupt;   /* the exception SegmentCorrupt (segment.h), or NULL where there is no Segment */
     PyTypeObject *segment_type;  /* Segment (segment.h), or NULL where there is none */
     int type_watcher;            /* 3.12+: id of the watcher that counts class changes, or -1 */
@@ -114,6 +115,8 @@ typedef struct {
     tb_proof proof;
     uint64_t context_ver;  /* the thread's context version when proof.loop was found running... */
     bool running;          /* ...if true */
+    PyObject *loop_holder; /* 3.11: strong; asyncio's running-loop holder then, or NULL (see clock.h) */
+    uint64_t forks;        /* 3.11: the process's count of forks then */
 } SeenObject;
 
 #endif
