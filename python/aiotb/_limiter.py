@@ -381,11 +381,7 @@ class Limiter(Bucket):
 
     def _wait(self, amount: float, timeout: float | None) -> Coroutine[Any, Any, None]:
         """The wait of a request the engine could not grant at once, on the running loop."""
-        owners, loop = self._owners, self._running_loop()
-        dispatcher = owners.last  # Owners.dispatcher's first step, here: one Python call less per queued waiter
-        if dispatcher is None or dispatcher.loop is not loop:
-            dispatcher = owners.dispatcher(loop)
-        return dispatcher.wait(self, amount, timeout)
+        return self._owners.dispatcher(self._running_loop()).wait(self, amount, timeout)
 
     async def _wait_to_hold(self, amount: float) -> None:
         """The wait of ``async with`` on a window: the grant is held until ``__aexit__``."""

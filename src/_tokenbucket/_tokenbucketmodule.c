@@ -479,13 +479,13 @@ static int tokenbucket_exec(PyObject *module)
     st->str_done = PyUnicode_InternFromString("done");
     st->str_drop_closed = PyUnicode_InternFromString("_drop_closed");
     st->str_seen = PyUnicode_InternFromString("aiotb._tokenbucket.seen");
-    st->str_loop_holder = PyUnicode_InternFromString("__asyncio_running_event_loop__");
     if (!st->ready || !st->get_running_loop || !st->is_monotonic_loop || !st->real_type || !st->str_time ||
         !st->str_wait || !st->str_wait_to_hold || !st->str_over_capacity || !st->str_throw || !st->str_close || !st->str_done ||
-        !st->str_drop_closed || !st->str_seen || !st->str_loop_holder)
+        !st->str_drop_closed || !st->str_seen)
         return -1;
 #ifdef AIOTB_TRUST_LOOP_HOLDER
-    if (watch_forks() < 0)
+    st->str_loop_holder = PyUnicode_InternFromString("__asyncio_running_event_loop__");
+    if (st->str_loop_holder == NULL || watch_forks() < 0)
         return -1;
 #endif
 #ifdef AIOTB_HAS_PRECISE_TIMER
@@ -554,7 +554,9 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->str_done);
     Py_CLEAR(st->str_drop_closed);
     Py_CLEAR(st->str_seen);
+#ifdef AIOTB_TRUST_LOOP_HOLDER
     Py_CLEAR(st->str_loop_holder);
+#endif
     Py_CLEAR(st->segment_corrupt);
     Py_CLEAR(st->segment_type);
     return 0;

@@ -56,7 +56,7 @@ static PyObject *bound_new(PyTypeObject *bound_type, PyMethodDef *def, Py_ssize_
 static PyObject *bound_get(PyObject *op, PyObject *instance, PyObject *Py_UNUSED(type))
 {
     BoundObject *self = (BoundObject *)op;
-    if (instance == NULL || instance == Py_None)
+    if (instance == NULL)
         return Py_NewRef(self->unbound);
     if (!Py_IS_TYPE(instance, self->owner) && !PyObject_TypeCheck(instance, self->owner))
         return PyErr_Format(PyExc_TypeError, "descriptor '%s' for '%s' objects doesn't apply to a '%s' object",

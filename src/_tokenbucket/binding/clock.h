@@ -27,13 +27,9 @@
 
 #include <stdatomic.h>
 
-#if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED) && !defined(AIOTB_PUBLIC_CLOCK)
-#define AIOTB_TRUST_CONTEXT_VERSION 1
-#if PY_VERSION_HEX < 0x030C0000
-#define AIOTB_TRUST_LOOP_HOLDER 1
+#ifdef AIOTB_TRUST_LOOP_HOLDER  /* the gates: state.h */
 #include <errno.h>
 #include <pthread.h>
-#endif
 #endif
 
 // CLOCK_MONOTONIC now, in nanoseconds.
@@ -211,7 +207,9 @@ static int seen_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->proof.loop);
     Py_VISIT(self->proof.loop_type);
     Py_VISIT(self->proof.loop_dict);
+#ifdef AIOTB_TRUST_LOOP_HOLDER
     Py_VISIT(self->loop_holder);
+#endif
     return 0;
 }
 
@@ -219,7 +217,9 @@ static int seen_clear(PyObject *op)
 {
     proof_clear(&((SeenObject *)op)->proof);
     ((SeenObject *)op)->running = false;
+#ifdef AIOTB_TRUST_LOOP_HOLDER
     Py_CLEAR(((SeenObject *)op)->loop_holder);
+#endif
     return 0;
 }
 
@@ -311,8 +311,7 @@ static int watch_forks(void)
 static inline ALWAYS_INLINE PyObject *loop_holder(tb_state *st)
 {
     PyObject *dict = PyThreadState_GetDict();
-    PyObject *holder = dict ? PyDict_GetItemWithError(dict, st->str_loop_holder) : NULL;  /* a str key: no error */
-    return holder;
+    return dict ? PyDict_GetItemWithError(dict, st->str_loop_holder) : NULL;  /* a str key: no error */
 }
 
 // Whether the running loop is still the one seen found running: asyncio has not changed it since, in

@@ -14,6 +14,16 @@
 
 #include "../queue.h"
 
+/* The clock's gates (clock.h): on 3.11-3.13 GIL builds, trust the context version while it is unchanged
+ * (a CPython-internal field; AIOTB_PUBLIC_CLOCK=1 builds without it); on 3.11, also asyncio's running-loop
+ * holder across versions. */
+#if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED) && !defined(AIOTB_PUBLIC_CLOCK)
+#define AIOTB_TRUST_CONTEXT_VERSION 1
+#if PY_VERSION_HEX < 0x030C0000
+#define AIOTB_TRUST_LOOP_HOLDER 1
+#endif
+#endif
+
 #if defined(__GNUC__)
 #define COLD __attribute__((noinline, cold))  /* keeps the fast path's frame small */
 #define ALWAYS_INLINE __attribute__((always_inline))
@@ -86,7 +96,9 @@ typedef struct {
     PyObject *str_done;
     PyObject *str_drop_closed;
     PyObject *str_seen;          /* this module's key in each thread's state dict (see clock.h) */
-    PyObject *str_loop_holder;   /* 3.11: asyncio's key for the running loop in that dict (see clock.h) */
+#ifdef AIOTB_TRUST_LOOP_HOLDER
+    PyObject *str_loop_holder;   /* asyncio's key for the running loop in that dict (see clock.h) */
+#endif
     PyObject *segment_corrupt;   /* the exception SegmentCorrupt (segment.h), or NULL where there is no Segment */
     PyTypeObject *segment_type;  /* Segment (segment.h), or NULL where there is none */
     int type_watcher;            /* 3.12+: id of the watcher that counts class changes, or -1 */
@@ -115,8 +127,10 @@ typedef struct {
     tb_proof proof;
     uint64_t context_ver;  /* the thread's context version when proof.loop was found running... */
     bool running;          /* ...if true */
-    PyObject *loop_holder; /* 3.11: strong; asyncio's running-loop holder then, or NULL (see clock.h) */
-    uint64_t forks;        /* 3.11: the process's count of forks then */
+#ifdef AIOTB_TRUST_LOOP_HOLDER
+    PyObject *loop_holder; /* strong: asyncio's running-loop holder then, or NULL (see clock.h) */
+    uint64_t forks;        /* the process's count of forks then */
+#endif
 } SeenObject;
 
 #endif
