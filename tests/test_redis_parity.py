@@ -327,6 +327,43 @@ class Stream:
         self.held.append(Held(reserved.record, self.epoch, before, list(twin.state), bound_before,
                               list(self.script_f)))
 
+    async def reserve_run(self, amount: float, wait: int, then: list[float]) -> None:
+        """Exact streams: reserves amount as ``reserve`` does and, if it is due now, each amount of then in
+        turn while that is due now too, in one call; the twin takes them one by one."""
+        now = self.now()
+        twin, bound = self.candidate(now)
+        at = twin.fit_at(amount, now)
+        head, more = await self.store.reserve_run(self.definition, amount, wait, then)
+        if wait >= 0 and at - now > wait:
+            assert (head, more) == (None, [])
+            self.seen["refused"] += 1
+            self.check_stored(False)
+            return
+        assert head is not None and head.delay == at - now and head.at == self.origin * 1000 + at
+        taken = []  # each grant's rates' F in the twin before it and after it
+        for granted in [amount, *then]:
+            if taken and (at != now or twin.fit_at(granted, now) != now):
+                break
+            before = list(twin.state)
+            twin.take(granted, at, at)
+            taken.append((before, list(twin.state)))
+        assert len(more) == len(taken) - 1, f"{len(more)} more granted, the twin {len(taken) - 1}"
+        self.seen["run granted more" if more else "run granted the first only"] += 1
+        self.seen["run stopped short"] += len(taken) - 1 < len(then)
+        self.adopt(twin, bound)
+        self.check_stored(True)
+        assert self.epoch is not None
+        base = (self.epoch - self.origin) * 1000
+        after = list(self.script_f)
+        for (before, twin_after), reserved in reversed(list(zip(taken, [head, *more]))):
+            words = [int(word) for word in reserved.record.split()]
+            assert reserved.delay == at - now and reserved.at == head.at
+            assert words[0] == self.epoch and [base + w for w in words[2::2]] == after
+            for word, f in zip(words[1::2], before):
+                self.same_instant("F before", str(word), base, f, Fraction(0))
+            self.held.append(Held(reserved.record, self.epoch, before, twin_after, list(bound), after))
+            after = [base + w for w in words[1::2]]
+
     @staticmethod
     def bound_after_grant(f: int, carried: Fraction, at: int) -> Fraction:
         """A rate's bound after a grant taken as of at, from its F in the twin before (ticks): the twin starts
@@ -498,6 +535,11 @@ class Stream:
         if draw < 0.4:
             amount = self.amount(twin.max_amount)
             wait = self.wait(twin, amount, now) if amount <= twin.max_amount else 0
+            if self.exact and amount <= twin.max_amount and self.rng.random() < 0.4:
+                then = [self.amount(twin.max_amount) for _ in range(self.rng.randint(1, 6))]
+                self.log.append((self.clock.us, "reserve_run", amount, wait, then))
+                await self.reserve_run(amount, wait, then)
+                return
             self.log.append((self.clock.us, "reserve", amount, wait))
             await self.reserve(amount, wait)
         elif draw < 0.55 and open_:
@@ -564,7 +606,8 @@ def test_integer_streams_are_exact(run_on: RunOn[None], redis_url: str, clock: C
     run_on(asyncio.new_event_loop(), run_streams(redis_url, range(first, first + STREAMS), rates, True, clock, seen))
     for event in ("granted", "granted at the wait", "refused", "above a burst", "cancel restored all",
                   "cancel restored none", "set_rate of a rate in debt", "set_rate rounded up", "pause moved",
-                  "pause kept", "tokens", "tokens 0"):
+                  "pause kept", "tokens", "tokens 0", "run granted more", "run granted the first only",
+                  "run stopped short"):
         assert seen[event] > 0, f"no {event!r} in {dict(seen)}"
 
 

@@ -161,6 +161,120 @@ def test_waiters_are_granted_at_the_rate_in_order(run: Run[None], redis_url: str
     run(main())
 
 
+class Trips(redis.asyncio.Redis):
+    """A client that counts its EVALSHA round trips, and runs ``after[n]`` once the n-th has its reply (as
+    if it happened while the script ran: the limiter reads the reply after it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.trips = 0
+        self.after: dict[int, Callable[[], Awaitable[None]]] = {}
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        reply = await super().execute_command(*args, **options)
+        if args[0] == "EVALSHA":
+            self.trips += 1
+            if self.trips in self.after:
+                await self.after[self.trips]()
+        return reply
+
+
+def counted_on(url: str, *args: Any, **kwargs: Any) -> tuple[Any, Trips]:
+    """A limiter over a RedisStore whose client counts its round trips."""
+    client = Trips.from_url(url)
+    assert isinstance(client, Trips)
+    return aiotb.Limiter(*args, store=aiotb.RedisStore(client, KEY), **kwargs), client
+
+
+def test_one_round_trip_grants_every_queued_waiter_whose_tokens_are_free_now(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        limiter, client = counted_on(redis_url, rates=[(1, 3600, 12), (2, 3600, 10)])  # 10 tokens, no refill
+        order: list[int] = []
+
+        async def take(i: int) -> None:
+            await limiter.acquire()
+            order.append(i)
+
+        tasks = [asyncio.ensure_future(take(i)) for i in range(14)]  # queued in one loop iteration
+        while len(order) < 10:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.05)  # the 11th's reservation, due in half an hour, made
+        # the first alone, 9 more in one trip (and no more: the 11th is not due now), one reservation ahead
+        assert order == list(range(10)) and client.trips == 3
+        assert limiter.stats().granted == 10 and limiter.waiting == 4
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for _ in range(100):  # the reservation ahead goes back to Redis from the limiter's task
+            if not limiter._server:
+                break
+            await asyncio.sleep(0.01)
+        assert client.trips == 4 and await limiter.read_tokens() == pytest.approx(0, abs=1e-2)
+        assert await limiter.store.fit_delay(limiter._definition, 1) == pytest.approx(1800e9, abs=1e9)
+        await closed(limiter, None)
+
+    run(main())
+
+
+@pytest.mark.parametrize("next_amount, given_to_next", [(1, True), (2, False)])
+def test_a_grant_whose_waiter_left_during_the_round_trip_goes_on_or_back(run: Run[None], redis_url: str,
+                                                                       next_amount: int, given_to_next: bool) -> None:
+    """A, alone, takes 1 of 3 tokens; B and C are granted in the next trip (D's amount is not due with them),
+    and C leaves while it runs: its token goes to D if D asks for no more, else back to Redis (C's was the
+    last reservation, so Redis restores it)."""
+    async def main() -> None:
+        limiter, client = counted_on(redis_url, 1, 3600, burst=3)
+        tasks = [asyncio.ensure_future(limiter.acquire(amount)) for amount in (1, 1, 1, next_amount)]
+
+        async def c_leaves() -> None:
+            tasks[2].cancel()
+
+        client.after[2] = c_leaves
+        await asyncio.gather(*tasks[:2])
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[2]
+        if given_to_next:
+            await tasks[3]
+            assert client.trips == 2  # D took C's grant: no trip of its own
+        else:
+            await asyncio.sleep(0.05)
+            assert not tasks[3].done()
+            tasks[3].cancel()
+            await asyncio.gather(tasks[3], return_exceptions=True)
+            for _ in range(100):
+                if not limiter._server:
+                    break
+                await asyncio.sleep(0.01)
+            assert await limiter.read_tokens() == pytest.approx(1, abs=1e-2)  # C's token back in Redis
+        assert limiter.stats().granted == 2 + given_to_next and limiter.stats().cancelled == 2 - given_to_next
+        await closed(limiter, None)
+
+    run(main())
+
+
+def test_a_run_of_grants_reached_stale_is_not_used(run: Run[None], redis_url: str) -> None:
+    """The process stalls 50 ms (over the 10 ms of a token) while B and C's trip runs: their grants are
+    stale when it reads them and go unused, as a stale reservation does; B takes afresh, C reserves again."""
+    async def main() -> None:
+        limiter, client = counted_on(redis_url, 100, 1, burst=3)
+        order: list[str] = []
+
+        async def stall() -> None:
+            time.sleep(0.05)
+
+        async def take(name: str) -> None:
+            await limiter.acquire()
+            order.append(name)
+
+        client.after[2] = stall
+        await asyncio.gather(take("A"), take("B"), take("C"))
+        assert order == ["A", "B", "C"] and client.trips == 4  # used as they came: 2 trips
+        assert limiter.stats().granted == 3
+        await closed(limiter, None)
+
+    run(main())
+
+
 def test_a_timeout_that_cannot_be_met_fails_at_once_taking_nothing(run: Run[None], redis_url: str) -> None:
     async def main() -> None:
         limiter = limiter_on(aiotb, redis_url, 10, 1, burst=5)

@@ -125,20 +125,32 @@ if not s then
 end
 local now = since_epoch(s, now_us)
 
-if op == 'reserve' then  -- amount, most ns to wait (-1: any): 0, delay, at, the record (epoch, F before, after...)
-    local amount, wait = tonumber(W[2]), tonumber(W[3])
-    if amount > most(s) then
+if op == 'reserve' then  -- amount, most ns to wait (-1: any), a word for the window's script, then more amounts:
+    local amount, wait = tonumber(W[2]), tonumber(W[3])  -- 0, delay, at, the record (epoch, each rate's F before
+    if amount > most(s) then                             -- and after), and the same F for each more amount granted
         return reply(EINVAL)
     end
     local at = fit_at(s, amount, now)
     if (wait >= 0 and at - now > wait) or at - now > HORIZON then
         return reply(ETOOLATE, at - now)
     end
-    local record = {}  -- each rate's F before and after
-    for i, r in ipairs(s.r) do
-        record[2 * i - 1] = r.f
-        r.f = math.max(r.f, at) + need(r, amount)
-        record[2 * i] = r.f
+    local record = {}
+    local function take(a)  -- reserves a at `at`, adding each rate's F before and after to the record
+        for _, r in ipairs(s.r) do
+            record[#record + 1] = r.f
+            r.f = math.max(r.f, at) + need(r, a)
+            record[#record + 1] = r.f
+        end
+    end
+    take(amount)
+    if at == now then  -- due now: each more amount in turn, while it is due now too
+        for j = 5, #W do
+            local more = tonumber(W[j])
+            if more > most(s) or fit_at(s, more, now) > now then
+                break
+            end
+            take(more)
+        end
     end
     stored(s, now)  -- the reply as reply() words it, in one format (the hottest path: every acquire takes it)
     return string.format('%d' .. string.rep(' ' .. INT, 3 + #record), OK, at - now, at, s.e, unpack(record))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import datetime
+import itertools
 import time
 from typing import Any, Coroutine, Sequence, cast
 
@@ -39,6 +40,7 @@ from ._store import StoreCorrupt, StoreError
 from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisStore, Reserved, definition, window_definition
 
 STALE_AFTER = 0.005  # s: a reservation reached later than this (and than a token's time) is stale
+RUN_MOST = 64  # the most grants one round trip makes: the head's and those due with it
 RETRY_AFTER = 1.0  # s: with on_error "allow" or a fallback, how long Redis is left alone after it failed
 _FALLBACK = object()  # a waiter's result: take from the fallback limiter
 
@@ -344,8 +346,15 @@ class RedisLimiter(Limiter):
             return None
         sent = loop.time()
         wait = -1 if waiter.deadline is None else max(0, round((waiter.deadline - sent) * 1e9))
+        followers = self._followers()
+        reserved: Reserved | int | None
+        more: list[Reserved] = []
         try:
-            reserved = await self._store.reserve(self._definition, waiter.amount, wait, waiter.hold)
+            if followers:
+                reserved, more = await self._store.reserve_run(self._definition, waiter.amount, wait,
+                                                               [f.amount for f in followers])
+            else:
+                reserved = await self._store.reserve(self._definition, waiter.amount, wait, waiter.hold)
         except (StoreError, ValueError) as error:
             self._settle_without_store(waiter, error)
             return None
@@ -353,6 +362,12 @@ class RedisLimiter(Limiter):
             await self._sleep_until(loop.time() + reserved / 1e9, waiter.future)
             return None
         slot = None if reserved is None else _Slot(reserved, sent, loop.time(), waiter.amount, waiter.hold)
+        if more:
+            assert slot is not None
+            if loop.time() - slot.due <= self._stale_after:
+                await self._grant_run(list(zip([waiter, *followers], [slot.reserved, *more])))
+                return None
+            # reached stale: the followers' grants are lost, as stale ones are; the head's is taken afresh
         if waiter.future.done():  # left while the script ran
             if slot is not None:
                 self._queue.popleft()
@@ -363,6 +378,44 @@ class RedisLimiter(Limiter):
             self._counts[6] += 1
             waiter.future.set_exception(TimeoutError(f"{waiter.amount!r} tokens cannot be granted within the timeout"))
         return slot
+
+    def _followers(self) -> list[_Waiter]:
+        """The waiters behind the head whose grants the head's round trip may make too, if they are due
+        now: up to RUN_MOST - 1, in queue order; none for a window, whose grants are held one by one."""
+        if self._window or len(self._queue) < 2:
+            return []
+        return [w for w in itertools.islice(self._queue, 1, RUN_MOST * 2) if not w.future.done()][:RUN_MOST - 1]
+
+    async def _grant_run(self, grants: list[tuple[_Waiter, Reserved]]) -> None:
+        """Grants a run of reservations due now, each to its waiter in queue order. A grant whose waiter
+        left goes to the first waiter still queued if that one asks for no more, else back to Redis."""
+        loop = asyncio.get_running_loop()
+        spare: list[tuple[float, Reserved]] = []
+        for waiter, reserved in grants:
+            if waiter.future.done():
+                spare.append((waiter.amount, reserved))
+            else:
+                self._grant_now(waiter, reserved, loop)
+        for amount, reserved in spare:
+            self._pop_done()
+            if self._queue and self._queue[0].amount <= amount:
+                self._grant_now(self._queue[0], reserved, loop)
+            else:
+                await self._give_back(reserved)
+        self._pop_done()
+
+    def _grant_now(self, waiter: _Waiter, reserved: Reserved, loop: asyncio.AbstractEventLoop) -> None:
+        """Hands a waiter its grant (it stays queued until popped)."""
+        if waiter.expiry is not None:
+            waiter.expiry.cancel()
+        self._count_grant(waiter.amount, max(0.0, loop.time() - waiter.enqueued), reserved)
+        waiter.future.set_result(reserved)
+
+    def _pop_done(self) -> None:
+        """Drops the waiters at the queue's front that have their answer or left."""
+        queue = self._queue
+        while queue and queue[0].future.done():
+            queue.popleft()
 
     async def _grant(self, waiter: _Waiter, slot: _Slot, loop: asyncio.AbstractEventLoop) -> _Slot | None:
         """Grants the head its reservation, or, if it was reached stale, takes afresh or reserves again."""
@@ -400,11 +453,15 @@ class RedisLimiter(Limiter):
                     waiter.expiry.cancel()
                 return slot
             break
+        await self._give_back(slot.reserved)
+        return None
+
+    async def _give_back(self, reserved: Reserved) -> None:
+        """Cancels a reservation in Redis, by the script's rule."""
         try:
-            await self._store.cancel(self._definition, slot.reserved.record)
+            await self._store.cancel(self._definition, reserved.record)
         except (StoreError, ValueError):
             pass  # the tokens stay taken: stricter, never looser
-        return None
 
     @staticmethod
     async def _sleep_until(at: float, leaves: asyncio.Future[object]) -> None:

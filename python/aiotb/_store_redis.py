@@ -145,6 +145,24 @@ class RedisStore:
             return int(words[1])
         raise _too_much(self, amount)
 
+    async def reserve_run(self, definition: str, amount: float, wait_ns: int,
+                          then: Sequence[float]) -> tuple[Reserved | None, list[Reserved]]:
+        """``reserve`` on rates, and if its grant is due now, each amount of ``then`` in turn while that is
+        due now too: every waiter whose tokens are free now, in one round trip. The first reservation
+        (None if not within wait_ns) and the grants of ``then`` made with it, each with its own record."""
+        words = await self._run(definition, f"reserve {float(amount)!r} {wait_ns} 0 " + " ".join(
+            repr(float(more)) for more in then))
+        if words[0] == b"3":
+            return None, []
+        if words[0] != b"0":
+            raise _too_much(self, amount)
+        width = 2 * (definition.count(";") + 1)  # each rate's F before and after
+        delay, epoch = int(words[1]), words[3]
+        at = int(epoch) * 1000 + int(words[2])
+        first = Reserved(delay, b" ".join(words[3:4 + width]), at)
+        return first, [Reserved(delay, b" ".join([epoch, *words[i:i + width]]), at)
+                       for i in range(4 + width, len(words), width)]
+
     async def end_hold(self, definition: str, record: bytes) -> None:
         """Ends the hold of a window's grant now: from now on it is inside the windows of this instant only."""
         await self._run(definition, b"end_hold " + record)
