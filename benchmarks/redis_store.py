@@ -9,8 +9,14 @@ measures, against that server and with one client library (redis-py's redis.asyn
      whose rate never binds, and the store call they make (``store.reserve``); pyrate-limiter's two
      Redis buckets; limits' async Redis storage with its moving and fixed windows, each ``hit()``.
      Two reference scripts show what any one-EVALSHA limiter pays on this client: one that returns 1
-     and one that returns aiotb's reply to a reserve as a constant, both sent aiotb's arguments. For information,
-     limits on coredis, its default client;
+     and one that returns aiotb's reply to a reserve as a constant, both sent aiotb's arguments; a
+     third, the least GCRA (TIME, GET, the arithmetic, SET PX), what any GCRA on the server's clock
+     pays in one round trip. For information, limits on coredis, its default client. Beside the
+     server's CPU time, its time executing each row's commands (INFO commandstats);
+ 1b. C concurrent tasks (16, then 64) on one connection, each client made with
+     ``single_connection_client=True``: a bare INCR; aiotb's ``await limiter.acquire()`` on one
+     shared limiter as in case 1; case 1's faster pyrate-limiter bucket; limits' moving and fixed
+     windows; as case 1, with the commands the server ran per call (for aiotb, per acquire);
   2. 4 spawned processes x 50 tasks looping ``async with limiter:`` on one key at 1,000/s (burst
      10), started together at one CLOCK_MONOTONIC instant (redis_store_workers.py holds what they
      run); then the same with each process's clock (as the store reads it) 5 s off, two ahead and
@@ -32,7 +38,8 @@ excess = (f - t) / T - burst tokens), above 0 when the instants are closer than 
 Order: within a process, a grant's request number (taken as its task asks) against the one before
 it; across processes, the script's records (each reservation's F before and after) must form one
 chain, F before = the previous F after (or a hash made anew, full, after the old one expired full),
-and the server's instants must increase strictly along it.
+and the server's instants must increase strictly along it from one round trip to the next (the grants
+one round trip makes share its instant).
 Wake lateness: a use instant minus the local instant the limiter set its timer for. Writes
 redis/RESULTS.md and redis/raw.json beside this file (--out to write elsewhere) and prints the same
 tables."""
@@ -73,14 +80,20 @@ TARGET_VS_LIMITS = 1.0
 TARGET_EXACT = 1e-6  # tokens of GCRA excess at the server's instants (the script's instants are exact ns)
 TARGET_SLACK_MS = 2.0  # steady p99 wake lateness <= one round trip + this
 TARGET_HTTP_RATE_PCT = 97.0  # case 4: the 200s' rate, in every run, against the limiter's rate
+SERVER_FIGURES = ("Server CPU: the server's user + system CPU time over the run (INFO cpu), per call, median. Server "
+                  "execution: the server's time executing the row's commands over the run (INFO commandstats, reset "
+                  "before it: EVALSHA's for a script, whose commands run inside it; else every command's, INCRBY for "
+                  "redis-py's `incr()`), per call, median.")
 
 HTTP_CLIENTS = 4
 HTTP_RATE, HTTP_BURST = 95.0, 5.0
 HTTP_REQUESTS = 600  # in all, HTTP_REQUESTS // HTTP_CLIENTS per process
 
-PROFILES = {
-    "full": {"rt_runs": 9, "rt_calls": 4_000, "shared_s": 30, "stopped_s": 20, "http_runs": 5},
-    "quick": {"rt_runs": 5, "rt_calls": 1_000, "shared_s": 5, "stopped_s": 6, "http_runs": 1},
+PROFILES: dict[str, dict[str, Any]] = {
+    "full": {"rt_runs": 9, "rt_calls": 4_000, "together_runs": 5, "together_calls": 3_200, "together_tasks": [16, 64],
+             "shared_s": 30, "stopped_s": 20, "http_runs": 5},
+    "quick": {"rt_runs": 5, "rt_calls": 1_000, "together_runs": 3, "together_calls": 1_024,
+              "together_tasks": [16, 64], "shared_s": 5, "stopped_s": 6, "http_runs": 1},
 }
 
 
@@ -116,19 +129,33 @@ def round_trips(ctx: Any, url: str, port: int, runs: int, count: int) -> dict[st
         return dict(worker.receive(READY_TIMEOUT + 60 * runs))
 
 
+def concurrent(ctx: Any, url: str, port: int, runs: int, count: int, levels: list[int],
+               case_1: dict[str, Any] | None) -> dict[str, Any]:
+    """Case 1b, in one fresh process (redis_store_workers.concurrent), with case 1's faster
+    pyrate-limiter bucket."""
+    if case_1 is None:
+        raise RuntimeError("case 1, which names pyrate-limiter's faster Redis bucket, did not run")
+    pyrate, _ = pyrate_best(case_1)
+    spec = {"role": "concurrent", "url": url, "port": port, "runs": runs, "calls": count, "tasks": levels,
+            "contenders": ["incr", "aiotb_acquire", pyrate, "limits_moving", "limits_fixed"]}
+    with started(ctx, [spec]) as (worker,):
+        return dict(worker.receive(READY_TIMEOUT + 30 * runs * len(levels)))
+
+
 def pyrate_best(r: dict[str, Any]) -> tuple[str, float]:
-    """pyrate-limiter's faster Redis bucket in this run: its key and median."""
+    """pyrate-limiter's faster Redis bucket of those in r: its key and median."""
     rows = r["contenders"]
-    key = max(("pyrate_log", "pyrate_gcra"), key=lambda k: rows[k]["median"])
+    key = max((k for k in ("pyrate_log", "pyrate_gcra") if k in rows), key=lambda k: rows[k]["median"])
     return key, rows[key]["median"]
 
 
-def round_trip_ratios(r: dict[str, Any]) -> list[tuple[str, str, float, float]]:
+def round_trip_ratios(r: dict[str, Any], mines: tuple[str, ...] = ("aiotb_acquire", "aiotb_try")
+                      ) -> list[tuple[str, str, float, float]]:
     """(aiotb call, against, ratio, target) for every ratio the targets name."""
     rows = r["contenders"]
     best_key, best = pyrate_best(r)
     out = []
-    for mine in ("aiotb_acquire", "aiotb_try"):
+    for mine in mines:
         ours = rows[mine]["median"]
         out.append((mine, "incr", ours / rows["incr"]["median"], TARGET_VS_INCR))
         out.append((mine, best_key, ours / best, TARGET_VS_PYRATE))
@@ -228,7 +255,8 @@ def analyse(done: list[dict[str, Any]], rate: float, burst: float) -> dict[str, 
         used.append(use_at[:n])
         after_used.append(np.array(d["grant_after"][:n], dtype=np.int64))
         reservations = np.array(d["reservations"], dtype=np.int64).reshape(-1, 6)
-        trips.append(reservations[reservations[:, 5] < end_ns, 4])
+        _, first_of_trip = np.unique(reservations[:, 5], return_index=True)  # a round trip's reservations share it
+        trips.append(reservations[first_of_trip][reservations[first_of_trip, 5] < end_ns, 4])
         wall = np.array(d["grant_wall"][:n], dtype=np.int64)
         behind.append(wall - grant_at)
         process_rows.append({"pid": d["pid"], "offset_s": d["offset_ns"] / 1e9, "offset_reads": d["offset_reads"],
@@ -252,24 +280,30 @@ def chain(done: list[dict[str, Any]], after_used: Any, used: Any) -> dict[str, A
     """The script's reservations, every process's, in the order the script made them (by F after,
     which each one moves forward): whether each one's F before is the F after of the one before it,
     up to the last grant used in the run; whether the server's instants increase strictly along
-    them; and how many uses, in the order they were made, came out of that order across processes.
+    them from one round trip to the next (the reservations one round trip made, one after another,
+    share its instant: counted apart); and how many uses, in the order they were made, came out of
+    that order across processes.
     Where nobody reserved until the bucket was full again, the hash expired and the next
     reservation made a new one (a new epoch, full): that link is counted apart, not as a break."""
     import numpy as np
 
-    every = np.concatenate([np.array(d["reservations"], dtype=np.int64).reshape(-1, 6) for d in done])
-    every = every[np.argsort(every[:, 2], kind="stable")]
-    epoch, before, after, at = every[:, 0], every[:, 1], every[:, 2], every[:, 3]
+    logs = [np.array(d["reservations"], dtype=np.int64).reshape(-1, 6) for d in done]
+    order = np.argsort(np.concatenate([log[:, 2] for log in logs]), kind="stable")
+    every = np.concatenate(logs)[order]
+    process = np.concatenate([np.full(len(log), i) for i, log in enumerate(logs)])[order]
+    epoch, before, after, at, replied = every[:, 0], every[:, 1], every[:, 2], every[:, 3], every[:, 5]
     position = np.searchsorted(after, after_used)
     found = (position < after.size) & (after[np.minimum(position, after.size - 1)] == after_used)
     last = int(position[found].max()) if found.any() else -1
     unlinked = before[1:last + 1] != after[:last]
     remade = unlinked & (epoch[1:last + 1] != epoch[:last]) & (after[:last] <= at[1:last + 1])
     steps = np.diff(at[:last + 1])
+    one_trip = (process[1:last + 1] == process[:last]) & (replied[1:last + 1] == replied[:last])
     by_use = position[np.argsort(used, kind="stable")]
     return {"chain": {"reservations": int(every.shape[0]), "checked": last + 1,
                       "breaks": int((unlinked & ~remade).sum()), "remade_full": int(remade.sum()),
-                      "unmatched_grants": int((~found).sum()), "equal_instants": int((steps == 0).sum()),
+                      "unmatched_grants": int((~found).sum()), "in_one_trip": int(one_trip.sum()),
+                      "equal_instants": int(((steps == 0) & ~one_trip).sum()),
                       "decreasing_instants": int((steps < 0).sum()),
                       "uses_out_of_order_across": int((np.diff(by_use) < 0).sum())}}
 
@@ -381,7 +415,8 @@ def shared_targets(name: str, run: dict[str, Any]) -> list[tuple[str, str, str, 
         (name, "server's instants: 0 windows over burst + rate·1 s", f"{s['windows_over']:,}", s["windows_over"] == 0),
         (name, "FIFO within each process: uses in request order", f"{run['out_of_order_within']:,} out of order",
          run["out_of_order_within"] == 0),
-        (name, "FIFO across processes: one chain of reservations, the server's instants strictly increasing along it",
+        (name, "FIFO across processes: one chain of reservations, the server's instants strictly increasing along it "
+         "from one round trip to the next",
          f"{c['checked']:,} reservations, {c['breaks']} breaks, {c['equal_instants'] + c['decreasing_instants']} "
          "not increasing", chain_ok(run)),
         (name, f"steady p99 wake lateness ≤ round trip (median) + {TARGET_SLACK_MS:g} ms",
@@ -389,18 +424,29 @@ def shared_targets(name: str, run: dict[str, Any]) -> list[tuple[str, str, str, 
     ]
 
 
+def ratio_targets(case: str, r: dict[str, Any], mines: tuple[str, ...]) -> list[tuple[str, str, str, bool]]:
+    """The target rows of case 1's ratios (or 1b's), for the aiotb calls mines."""
+    rows = r["contenders"]
+    out = []
+    for mine, against, ratio, target in round_trip_ratios(r, mines):
+        what = {"incr": f"≥ {TARGET_VS_INCR:.0%} of INCR", "limits_moving": "≥ limits' moving window",
+                "limits_fixed": "≥ limits' fixed window"}.get(
+                    against, f"≥ {TARGET_VS_PYRATE:g} × pyrate's Redis bucket ({rows[against]['label']})")
+        call = "acquire()" if mine == "aiotb_acquire" else "try_acquire()"
+        out.append((f"{case}, {call}", what,
+                    f"{rows[mine]['median']:,.0f} / {rows[against]['median']:,.0f} = {ratio:.2f} ×", ratio >= target))
+    return out
+
+
 def target_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
     """(case, target, measured, met) for every target, from the results."""
     rows: list[tuple[str, str, str, bool]] = []
     if "round_trips" in r:
-        rt = r["round_trips"]["contenders"]
-        for mine, against, ratio, target in round_trip_ratios(r["round_trips"]):
-            what = {"incr": f"≥ {TARGET_VS_INCR:.0%} of INCR", "limits_moving": "≥ limits' moving window",
-                    "limits_fixed": "≥ limits' fixed window"}.get(
-                        against, f"≥ {TARGET_VS_PYRATE:g} × pyrate's Redis bucket ({rt[against]['label']})")
-            call = "acquire()" if mine == "aiotb_acquire" else "try_acquire()"
-            rows.append((f"1. round trips, {call}", what,
-                         f"{rt[mine]['median']:,.0f} / {rt[against]['median']:,.0f} = {ratio:.2f} ×", ratio >= target))
+        rows += ratio_targets("1. round trips", r["round_trips"], ("aiotb_acquire", "aiotb_try"))
+    if "concurrent" in r:
+        for level in r["concurrent"]["levels"]:
+            rows += ratio_targets(f"1b. {level['tasks']} concurrent tasks on one connection", level,
+                                  ("aiotb_acquire",))
     if "shared" in r:
         rows += shared_targets("2. 4 processes, 1,000/s, clocks right", r["shared"]["right"])
         off = r["shared"]["off"]
@@ -457,18 +503,17 @@ def round_trip_section(rt: dict[str, Any], versions: dict[str, str]) -> list[str
              "bucket behind `Limiter(bucket, buffer_ms=0)` called as `await limiter.try_acquire(\"bench\", 1, "
              "blocking=False)`, its lightest call (no asyncio.Lock, no retry loop); limits "
              "`RateLimitItemPerSecond(1_000_000)`, `await strategy.hit(item, key)`. Refused: answers that were not "
-             "grants during the runs. Server CPU: the server's user + system CPU time over the run (INFO cpu), "
-             f"per call, median. pyrate-limiter {versions['pyrate-limiter']}, limits {versions['limits']}, "
-             f"coredis {versions['coredis']}, redis-py {versions['redis']} "
+             f"grants during the runs. {SERVER_FIGURES} pyrate-limiter {versions['pyrate-limiter']}, limits "
+             f"{versions['limits']}, coredis {versions['coredis']}, redis-py {versions['redis']} "
              f"(hiredis {'installed' if versions['hiredis'] else 'not installed: replies are parsed in Python'}), "
              f"redis-server {rt['redis_server']}.", "",
              "| call | | round trips/s | µs per call | runs (min – max) | × INCR | server CPU µs per call | "
-             "connections | refused |", "|:--|:--|--:|--:|--:|--:|--:|--:|--:|"]
+             "server execution µs per call | connections | refused |", "|:--|:--|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for row in rows.values():
         runs = row["runs"]
         lines.append(f"| {row['label']} | {row['group']} | {row['median']:,.0f} | {1e6 / row['median']:.1f} | "
                      f"{min(runs):,.0f} – {max(runs):,.0f} | {row['median'] / incr:.2f} | {row['server_us']:.1f} | "
-                     f"{row['connections']} | {row['refused']:,} |")
+                     f"{row['exec_us']:.1f} | {row['connections']} | {row['refused']:,} |")
     best = rows[best_key]["median"]
     lines += ["", f"pyrate-limiter's faster Redis bucket in this run: {rows[best_key]['label']}. Three times its "
               f"rate would be {3 * best:,.0f} round trips/s, {3 * best / incr:.2f} × a bare INCR on the same "
@@ -489,7 +534,68 @@ def round_trip_section(rt: dict[str, Any], versions: dict[str, str]) -> list[str
               f"the server's CPU: {server['aiotb_reserve'] - server['aiotb_shaped']:+.1f}); the limiter around the "
               f"store call: try_acquire {1e6 / rows['aiotb_try']['median'] - 1e6 / reserve:+.1f}, acquire "
               f"{1e6 / rows['aiotb_acquire']['median'] - 1e6 / reserve:+.1f}.", ""]
-    return lines
+    return lines + least_gcra_lines(rows)
+
+
+def least_gcra_lines(rows: dict[str, Any]) -> list[str]:
+    """What the least GCRA script says of the ceiling of a one-round-trip limiter on this client."""
+    incr, least, reserve = rows["incr"], rows["least_gcra"], rows["aiotb_reserve"]
+    share = least["median"] / incr["median"]
+    if share < TARGET_VS_INCR:
+        reach = (f"below {TARGET_VS_INCR:.2f}: a script that reads TIME and keeps state does at least this much, so "
+                 f"by the medians none reaches {TARGET_VS_INCR:.2f} × INCR in one round trip per acquire on this "
+                 "client; the target is out of reach of any such limiter here.")
+    else:
+        reach = (f"at least {TARGET_VS_INCR:.2f}: by the medians a script that reads TIME and keeps state can reach "
+                 f"{TARGET_VS_INCR:.2f} × INCR in one round trip per acquire on this client.")
+    return [f"The least GCRA script does only what any GCRA on the server's clock does in one round trip: `TIME`, "
+            "`GET` of its key, the arithmetic (the theoretical arrival time in µs, at least now, plus the emission "
+            "interval, ARGV[1]), `SET key value PX ttl`; it returns the delay. In this run it reaches "
+            f"{share:.2f} × INCR (its runs {min(least['runs']) / incr['median']:.2f} – "
+            f"{max(least['runs']) / incr['median']:.2f} × INCR's median; {1e6 / least['median']:.1f} µs per call "
+            f"against {1e6 / incr['median']:.1f}), {reach} The server executes it in {least['exec_us']:.1f} µs, "
+            f"aiotb's script in {reserve['exec_us']:.1f}; aiotb's store call is {reserve['median'] / least['median']:.2f}"
+            f" × the least GCRA's rate, {1e6 / reserve['median'] - 1e6 / least['median']:+.1f} µs per call, of which "
+            f"the server's execution {reserve['exec_us'] - least['exec_us']:+.1f}.", ""]
+
+
+def concurrent_section(c: dict[str, Any]) -> list[str]:
+    levels = c["levels"]
+    pyrate, _ = pyrate_best(levels[0])
+    lines = [f"## 1b. {' and '.join(str(level['tasks']) for level in levels)} concurrent tasks on one connection",
+             "", "Not case 1's sequential awaits: C tasks call together, all through one client made with "
+             "`single_connection_client=True`, on which redis-py sends one command at a time, the other callers "
+             "waiting for the connection under a lock (the server's CLIENT LIST after each C's runs counts the "
+             "client's connections). Each row is its own client and its own key; each of the C tasks loops the "
+             "call, a run making " + " and ".join(f"{level['tasks']} × {level['calls'] // level['tasks']:,}"
+                                                  for level in levels) + f" calls; {c['runs']} runs per C, the "
+             f"order of the rows rotated by one each run, after {c['warmup']} sequential warm-up calls; medians. aiotb: "
+             "the C tasks share one `Limiter(1e6, 1, burst=1e6, store=RedisStore(client, key))` and each awaits "
+             f"`limiter.acquire()`; pyrate-limiter: case 1's faster Redis bucket ({levels[0]['contenders'][pyrate]['label']}), "
+             "called as there; limits: as in case 1. × INCR: against INCR at the same C. Server commands per call: the "
+             "commands the server ran for the row (INFO commandstats: EVALSHA for a script, else every command) per "
+             "call; for aiotb, EVALSHA round trips per acquire. The server's CPU and execution time as in case 1.",
+             "", "| tasks | call | calls/s | µs per call | runs (min – max) | × INCR | server CPU µs per call | "
+             "server execution µs per call | server commands per call | connections | refused |",
+             "|--:|:--|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for level in levels:
+        rows = level["contenders"]
+        for row in rows.values():
+            runs = row["runs"]
+            lines.append(f"| {level['tasks']} | {row['label']} | {row['median']:,.0f} | {1e6 / row['median']:.1f} | "
+                         f"{min(runs):,.0f} – {max(runs):,.0f} | {row['median'] / rows['incr']['median']:.2f} | "
+                         f"{row['server_us']:.1f} | {row['exec_us']:.1f} | {row['commands']:.3f} | "
+                         f"{row['connections']} | {row['refused']:,} |")
+    lines += ["", "| tasks on one connection | aiotb call | × INCR (target ≥ 0.90) | × pyrate's faster bucket (≥ 3) | "
+              "× limits moving window (≥ 1) | × limits fixed window (≥ 1) |", "|--:|:--|--:|--:|--:|--:|"]
+    for level in levels:
+        cells = [f"{ratio:.2f} ({verdict(ratio >= target)})"
+                 for _, _, ratio, target in round_trip_ratios(level, ("aiotb_acquire",))]
+        lines.append(f"| {level['tasks']} | {level['contenders']['aiotb_acquire']['label']} | " + " | ".join(cells) + " |")
+    per_trip = "; ".join(f"{1 / level['contenders']['aiotb_acquire']['commands']:.2f} at {level['tasks']} tasks"
+                         for level in levels)
+    return lines + ["", f"aiotb's acquires per EVALSHA round trip (the acquires over the EVALSHA calls the server "
+                    f"counted): {per_trip}.", ""]
 
 
 BOUND_HEAD = "grants | achieved /s | most in 1 s (bound) | windows over | largest excess (tokens) | longest gap ms"
@@ -506,13 +612,14 @@ def run_tables(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
         lines.append(f"| {label} | server's | {bound_cells(run['server'], 6)} |")
         lines.append(f"| {label} | use | {bound_cells(run['use'], 3)} |")
     lines += ["", "| run | out of order within a process | reservations (in the chain up to the last use) | chain "
-              "breaks | hash made anew once full | grants not in it | server's instants equal / decreasing along it | "
-              "uses out of that order across processes (adjacent pairs) |", "|:--|--:|--:|--:|--:|--:|--:|--:|"]
+              "breaks | hash made anew once full | grants not in it | made in the round trip of the one before | "
+              "server's instants equal / decreasing along it, between round trips | uses out of that order across "
+              "processes (adjacent pairs) |", "|:--|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for label, run in runs:
         c = run["chain"]
         lines.append(f"| {label} | {run['out_of_order_within']:,} | {c['reservations']:,} ({c['checked']:,}) | "
-                     f"{c['breaks']} | {c['remade_full']} | {c['unmatched_grants']} | {c['equal_instants']} / "
-                     f"{c['decreasing_instants']} | {c['uses_out_of_order_across']:,} |")
+                     f"{c['breaks']} | {c['remade_full']} | {c['unmatched_grants']} | {c['in_one_trip']:,} | "
+                     f"{c['equal_instants']} / {c['decreasing_instants']} | {c['uses_out_of_order_across']:,} |")
     lines += ["", "| run | steady wake lateness p50 / p99 / max ms | reserve round trip p50 / p99 / max ms | p99 "
               "target ms | granted after the server's instant p50 / p99 / max ms | granted > 5 ms after |",
               "|:--|--:|--:|--:|--:|--:|"]
@@ -541,7 +648,7 @@ def shared_section(s: dict[str, Any]) -> list[str]:
              "also logged at the instant the script returned for it, on the server's clock. Uses after the end "
              "instant, while the processes cancel their tasks, are left out (with their grants). Wake lateness: "
              "the use instant minus the local instant the limiter set its timer for (the reply's arrival plus the "
-             "script's delay), from 1 s after the start; the round trip: each `store.reserve` call, sent to "
+             "script's delay), from 1 s after the start; the round trip: each reserving call to the store, sent to "
              "answered, as the limiter awaited it in the same run. Granted after the server's instant: the real wall "
              "clock as the limiter grants (`time.time_ns()`) minus the grant's instant on the server's clock, one "
              "clock on one host. Not granted: reservations the limiter gave up (a stale one, or its last, given back "
@@ -605,6 +712,8 @@ def report(r: dict[str, Any], env: str) -> str:
     lines = introduction(r, env)
     if "round_trips" in r:
         lines += round_trip_section(r["round_trips"], r["versions"])
+    if "concurrent" in r:
+        lines += concurrent_section(r["concurrent"])
     if "shared" in r:
         lines += shared_section(r["shared"])
     if "stopped" in r:
@@ -643,6 +752,8 @@ def main() -> None:
     with redis_server() as server:
         cases: dict[str, Callable[[], Any]] = {
             "round_trips": lambda: round_trips(ctx, server.url, server.port, p["rt_runs"], p["rt_calls"]),
+            "concurrent": lambda: concurrent(ctx, server.url, server.port, p["together_runs"], p["together_calls"],
+                                             p["together_tasks"], results.get("round_trips")),
             "shared": lambda: shared_key(ctx, server.url, p["shared_s"]),
             "stopped": lambda: stopped(ctx, server.url, p["stopped_s"]),
             "http": lambda: real_client(ctx, server.url, p["http_runs"]),

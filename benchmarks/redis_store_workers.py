@@ -3,7 +3,10 @@
 Roles (spec["role"]):
 
   round_trips  case 1: every contender (``contenders``) on its own client and connection, timed in
-               alternating runs of sequential awaits, with the server's CPU time over each run;
+               alternating runs of sequential awaits, with the server's CPU time and the commands it
+               ran (INFO commandstats) over each run;
+  concurrent   case 1b: some contenders, each on its own client pinned to one connection, timed in
+               alternating runs of C tasks calling together, for each C, with the same server figures;
   tasks        cases 2 and 3, described below;
   client       case 4: an aiohttp client through ``Limiter(rate, 1, burst=b, store=RedisStore(url, key))``,
                or through an in-process ``Limiter(rate, 1, burst=b)`` when spec["key"] is None; it
@@ -29,6 +32,7 @@ import os
 import statistics
 import sys
 import time
+from functools import partial
 from typing import Any, Awaitable, Callable
 
 import shared_workers
@@ -40,7 +44,16 @@ from aiotb._store_redis import Reserved
 START_TIMEOUT = 120.0  # s a worker waits for its start instant
 SPIN_NS = 2_000_000  # the last 2 ms before the start are spun, not slept: the loop's timer rounds to 1 ms
 SERVER_EXIT_WITHIN = 2.0  # s for the task serving the limiter's queue to finish once its waiters are cancelled
-WARMUP_CALLS = 300  # per contender before case 1's runs: connections made, scripts loaded
+WARMUP_CALLS = 300  # per contender before case 1's and 1b's runs: connections made, scripts loaded
+ADMIN_COMMANDS = ("info", "config|resetstat")  # the measuring client's own, left out of INFO commandstats
+LEAST_GCRA = """\
+local now = redis.call('TIME')
+now = now[1] * 1000000 + now[2]
+local interval = tonumber(ARGV[1])
+local tat = math.max(tonumber(redis.call('GET', KEYS[1])) or now, now)
+redis.call('SET', KEYS[1], tat + interval, 'PX', math.floor((tat + interval - now) / 1000) + 1)
+return tat - now
+"""  # what any one-round-trip GCRA on the server's clock does: ARGV[1] us a token, no burst; the delay in us
 
 
 class OffsetTime:
@@ -74,11 +87,22 @@ class LoggedStore(RedisStore):
     async def reserve(self, *args: Any, **kwargs: Any) -> Any:
         sent = time.monotonic_ns()
         reserved = await super().reserve(*args, **kwargs)
-        replied = time.monotonic_ns()
-        if isinstance(reserved, Reserved):
-            epoch, before, after = record_instants(reserved.record)
-            self.reservations.append((epoch, before, after, reserved.at, replied - sent, replied))
+        self._log([reserved], sent)
         return reserved
+
+    async def reserve_run(self, *args: Any, **kwargs: Any) -> Any:
+        sent = time.monotonic_ns()
+        first, more = await super().reserve_run(*args, **kwargs)
+        self._log([first, *more], sent)
+        return first, more
+
+    def _log(self, answers: list[Any], sent: int) -> None:
+        """Logs the reservations among the answers of one round trip sent at sent, replied now."""
+        replied = time.monotonic_ns()
+        for reserved in answers:
+            if isinstance(reserved, Reserved):
+                epoch, before, after = record_instants(reserved.record)
+                self.reservations.append((epoch, before, after, reserved.at, replied - sent, replied))
 
     async def cancel(self, definition: str, record: bytes) -> int:
         self.cancels += 1
@@ -90,26 +114,32 @@ class LoggedLimiter(RedisLimiter):
     (ns since 1970), the reservation's F after (which ties it to the store's log), its instant on
     this process's CLOCK_MONOTONIC as the limiter set its timer (ns), and the real wall clock then."""
 
-    __slots__ = ("grants", "afresh", "_slot")
+    __slots__ = ("grants", "afresh", "_slot", "_due_now")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.grants: list[tuple[int, int, int, int]] = []
         self.afresh = 0  # grants of tokens taken afresh in place of a stale reservation
         self._slot: Any = None  # the reservation _grant is granting
+        self._due_now: Reserved | None = None  # the grant of a round trip's run _grant_now is making
 
     async def _grant(self, waiter: Any, slot: Any, loop: asyncio.AbstractEventLoop) -> Any:
         self._slot = slot
         return await super()._grant(waiter, slot, loop)
+
+    def _grant_now(self, waiter: Any, reserved: Reserved, loop: asyncio.AbstractEventLoop) -> None:
+        self._due_now = reserved
+        super()._grant_now(waiter, reserved, loop)
 
     def _count_grant(self, amount: float, waited: float | None, reserved: Reserved) -> None:
         super()._count_grant(amount, waited, reserved)
         slot = self._slot
         if slot is not None and slot.reserved is reserved:
             target = slot.at
-        else:  # tokens taken afresh in place of a stale reservation: granted now
+        else:  # a run's grant, due at the reply, or tokens taken afresh in place of a stale reservation: now
             target = asyncio.get_running_loop().time()
-            self.afresh += 1
+            if reserved is not self._due_now:
+                self.afresh += 1
         self.grants.append((reserved.at, record_instants(reserved.record)[2], round(target * 1e9), time.time_ns()))
 
 
@@ -183,10 +213,10 @@ async def run_tasks(spec: dict[str, Any], conn: Any) -> dict[str, Any]:
             "reservations": store.reservations, "cancels": store.cancels, "afresh": limiter.afresh}
 
 
-# ---- case 1: round trips on one connection ----
+# ---- cases 1 and 1b: round trips on one connection ----
 
 class Contender:
-    """One call timed in case 1: make() builds it on a running loop and returns the call; granted
+    """One call timed in case 1 or 1b: make() builds it on a running loop and returns the call; granted
     says whether an answer is a grant (every call should be one: the rates never bind)."""
 
     def __init__(self, key: str, label: str, group: str, make: Callable[[str], Awaitable[Callable[[], Any]]],
@@ -194,8 +224,11 @@ class Contender:
         self.key, self.label, self.group, self.make, self.granted = key, label, group, make, granted
 
 
-def contenders(url: str, port: int) -> list[Contender]:
-    """Everything case 1 times; each builds its own client (named for CLIENT LIST) on the server."""
+def contenders(url: str, port: int, opened: list[Any], one_connection: bool = False) -> list[Contender]:
+    """Everything cases 1 and 1b time; each builds its own client (named for CLIENT LIST) on the server,
+    with one_connection pinned to one connection (``single_connection_client``: redis-py sends one
+    command at a time on it, concurrent callers waiting for it under a lock). The redis.asyncio
+    clients made here are added to opened, for the caller to close."""
     from redis.asyncio import Redis
 
     from aiotb import Limiter, RedisStore
@@ -203,7 +236,9 @@ def contenders(url: str, port: int) -> list[Contender]:
     exchange: list[tuple[tuple[Any, ...], Any]] = []  # aiotb's arguments to its script, and the reply
 
     def client(name: str) -> Redis:
-        return Redis.from_url(url, client_name=name)
+        redis = Redis.from_url(url, client_name=name, single_connection_client=one_connection)
+        opened.append(redis)
+        return redis
 
     async def aiotb_exchange() -> tuple[tuple[Any, ...], Any]:
         """The arguments and the reply of the EVALSHA of one try_acquire, as redis-py saw them."""
@@ -242,6 +277,11 @@ def contenders(url: str, port: int) -> list[Contender]:
     async def aiotb_shaped(name: str) -> Callable[[], Any]:
         _, reply = await aiotb_exchange()
         return await script(name, f"return {lua_literal(reply)}")
+
+    async def least_gcra(name: str) -> Callable[[], Any]:
+        redis = client(name)
+        sha = await redis.script_load(LEAST_GCRA)
+        return lambda: redis.execute_command("EVALSHA", sha, 1, "bench:least_gcra", 1)
 
     def aiotb_limiter(name: str) -> RedisLimiter:
         limiter = Limiter(1e6, 1, burst=1e6, store=RedisStore(client(name), f"bench-{name}"))
@@ -283,6 +323,8 @@ def contenders(url: str, port: int) -> list[Contender]:
             options: dict[str, Any] = {"client_name": name}
             if implementation is not None:
                 options["implementation"] = implementation
+            if one_connection:  # redis-py's option: case 1b takes no coredis row
+                options["single_connection_client"] = True
             storage = RedisStorage(f"async+redis://127.0.0.1:{port}/0", **options)
             limiter = getattr(strategies, strategy)(storage)
             item = RateLimitItemPerSecond(1_000_000)
@@ -297,6 +339,8 @@ def contenders(url: str, port: int) -> list[Contender]:
         Contender("returns_1", "EVALSHA of `return 1`, aiotb's arguments", "reference", returns_1),
         Contender("aiotb_shaped", "EVALSHA of a constant: aiotb's reply to a reserve, aiotb's arguments", "reference",
                   aiotb_shaped),
+        Contender("least_gcra", "EVALSHA of the least GCRA script (`TIME`, `GET`, `SET PX`), 1 µs a token", "reference",
+                  least_gcra, lambda delay: delay == 0),
         Contender("aiotb_acquire", "aiotb `await limiter.acquire()`", "aiotb", aiotb_acquire,
                   lambda answer: answer is None),
         Contender("aiotb_try", "aiotb `await limiter.try_acquire()`", "aiotb", aiotb_try, true),
@@ -336,50 +380,145 @@ async def timed(call: Callable[[], Any], granted: Callable[[Any], bool], count: 
     return count * 1e9 / (clock() - started), refused
 
 
+async def timed_together(call: Callable[[], Any], granted: Callable[[Any], bool], count: int,
+                         tasks: int) -> tuple[float, int]:
+    """tasks tasks together, each awaiting call() count // tasks times in turn: calls per second in
+    all, and how many answers were not grants."""
+    clock = time.perf_counter_ns
+    refused = 0
+
+    async def caller() -> None:
+        nonlocal refused
+        for _ in range(count // tasks):
+            if not granted(await call()):
+                refused += 1
+
+    started = clock()
+    await asyncio.gather(*(caller() for _ in range(tasks)))
+    return count // tasks * tasks * 1e9 / (clock() - started), refused
+
+
 async def server_cpu_s(admin: Any) -> float:
     """The server's CPU seconds so far (user + system), as INFO reports them."""
     info = await admin.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+async def sent_commands(admin: Any) -> tuple[int, int]:
+    """The commands the clients sent since CONFIG RESETSTAT, as INFO commandstats counts them: their
+    number and the server's µs executing them. EVALSHA's where there are scripts (the commands a
+    script calls are counted apart, their time inside its), else every command's but the admin's."""
+    stats = {key.removeprefix("cmdstat_"): value for key, value in (await admin.info("commandstats")).items()}
+    if "evalsha" in stats:
+        return int(stats["evalsha"]["calls"]), int(stats["evalsha"]["usec"])
+    sent = [value for name, value in stats.items() if name not in ADMIN_COMMANDS]
+    return sum(int(value["calls"]) for value in sent), sum(int(value["usec"]) for value in sent)
+
+
+async def on_server(admin: Any, timing: Callable[[], Awaitable[tuple[float, int]]],
+                    count: int) -> tuple[float, int, dict[str, float]]:
+    """timing() of count calls (calls per second, answers not grants), and the server's figures per
+    call over it: its CPU µs (INFO cpu), and the commands sent and its µs executing them (INFO
+    commandstats, reset first)."""
+    await admin.config_resetstat()
+    cpu = await server_cpu_s(admin)
+    rate, refused = await timing()
+    cpu_us = (await server_cpu_s(admin) - cpu) * 1e6 / count
+    commands, usec = await sent_commands(admin)
+    return rate, refused, {"server_us": cpu_us, "exec_us": usec / count, "commands": commands / count}
+
+
+Built = list[tuple[Contender, str, Callable[[], Any]]]  # each contender, its client's name, its call
+Timing = Callable[[Callable[[], Any], Callable[[Any], bool], int], Awaitable[tuple[float, int]]]
+
+
+async def warmed(url: str, port: int, prefix: str, opened: list[Any], keys: list[str] | None = None,
+                 one_connection: bool = False) -> Built:
+    """The contenders of keys (every one if None), each built on its client, named prefix + its key,
+    after WARMUP_CALLS sequential calls; the redis.asyncio clients made are added to opened."""
+    built = []
+    for c in contenders(url, port, opened, one_connection):
+        if keys is None or c.key in keys:
+            call = await c.make(prefix + c.key)
+            _, refused = await timed(call, c.granted, WARMUP_CALLS)
+            if refused:
+                raise RuntimeError(f"{c.key}: {refused} of {WARMUP_CALLS} warm-up calls refused")
+            built.append((c, prefix + c.key, call))
+    return built
+
+
+async def alternate(admin: Any, built: Built, runs: int, count: int, timing: Timing, case: str) -> dict[str, Any]:
+    """runs runs of count calls of every built contender, timing(call, granted, count) each, the order
+    rotated by one each run, with the server's figures over each; a row per contender (medians), and
+    its connections as the server's CLIENT LIST has them after."""
+    figures = ("runs", "server_us", "exec_us", "commands")
+    measured: dict[str, dict[str, list[float]]] = {c.key: {name: [] for name in figures} for c, _, _ in built}
+    refused_in_runs = {c.key: 0 for c, _, _ in built}
+    for run in range(runs):
+        shift = run % len(built)
+        for c, _, call in built[shift:] + built[:shift]:
+            rate, refused, server = await on_server(admin, partial(timing, call, c.granted, count), count)
+            measured[c.key]["runs"].append(rate)
+            for name, value in server.items():
+                measured[c.key][name].append(value)
+            refused_in_runs[c.key] += refused
+        progress(f"{case}, run {run + 1}/{runs}: " + ", ".join(f"{key} {m['runs'][-1]:,.0f}"
+                                                              for key, m in measured.items()))
+    clients = await admin.client_list()
+    rows = {}
+    for c, name, _ in built:
+        m = measured[c.key]
+        rows[c.key] = {"label": c.label, "group": c.group, "runs": m["runs"], "median": median(m["runs"]),
+                       "server_us": median(m["server_us"]), "server_us_runs": m["server_us"],
+                       "exec_us": median(m["exec_us"]), "exec_us_runs": m["exec_us"],
+                       "commands": median(m["commands"]), "refused": refused_in_runs[c.key],
+                       "connections": sum(1 for entry in clients if entry.get("name") == name)}
+    return rows
+
+
 async def time_round_trips(url: str, port: int, runs: int, count: int) -> dict[str, Any]:
-    """Case 1: every contender, runs alternating runs of count calls; the server's CPU during each,
-    and its view of the clients."""
+    """Case 1: every contender, runs alternating runs of count sequential calls; the server's figures
+    during each, and its view of the clients."""
     from redis.asyncio import Redis
 
     admin = Redis.from_url(url, client_name="bench-admin")
     server = (await admin.info("server"))["redis_version"]
-    built = []
-    for c in contenders(url, port):
-        call = await c.make(f"bench-{c.key}")
-        _, refused = await timed(call, c.granted, WARMUP_CALLS)
-        if refused:
-            raise RuntimeError(f"{c.key}: {refused} of {WARMUP_CALLS} warm-up calls refused")
-        built.append((c, call))
-    per_run: dict[str, list[float]] = {c.key: [] for c, _ in built}
-    server_us: dict[str, list[float]] = {c.key: [] for c, _ in built}
-    refused_in_runs = {c.key: 0 for c, _ in built}
-    for run in range(runs):
-        shift = run % len(built)
-        for c, call in built[shift:] + built[:shift]:
-            cpu = await server_cpu_s(admin)
-            rate, refused = await timed(call, c.granted, count)
-            server_us[c.key].append((await server_cpu_s(admin) - cpu) * 1e6 / count)
-            per_run[c.key].append(rate)
-            refused_in_runs[c.key] += refused
-        progress(f"case 1, run {run + 1}/{runs}: " + ", ".join(f"{key} {rates[-1]:,.0f}"
-                                                                for key, rates in per_run.items()))
-    clients = await admin.client_list()
-    await admin.aclose()
-    connections = {c.key: sum(1 for entry in clients if entry.get("name") == f"bench-{c.key}") for c, _ in built}
-    rows = {c.key: {"label": c.label, "group": c.group, "runs": per_run[c.key], "median": median(per_run[c.key]),
-                    "server_us": median(server_us[c.key]), "server_us_runs": server_us[c.key],
-                    "refused": refused_in_runs[c.key], "connections": connections[c.key]} for c, _ in built}
+    opened: list[Any] = [admin]
+    built = await warmed(url, port, "bench-", opened)
+    rows = await alternate(admin, built, runs, count, timed, "case 1")
+    for redis in opened:
+        await redis.aclose()
     return {"runs": runs, "calls": count, "warmup": WARMUP_CALLS, "redis_server": server, "contenders": rows}
+
+
+async def time_concurrent(url: str, port: int, runs: int, count: int, levels: list[int],
+                          keys: list[str]) -> dict[str, Any]:
+    """Case 1b: the contenders of keys on clients pinned to one connection; for each number of tasks
+    in levels, runs alternating runs of count calls made by that many tasks together (count // tasks
+    each); the server's figures during each, and its view of the clients."""
+    from redis.asyncio import Redis
+
+    admin = Redis.from_url(url, client_name="bench-admin")
+    opened: list[Any] = [admin]
+    built = await warmed(url, port, "bench-1b-", opened, keys, one_connection=True)
+    out = []
+    for tasks in levels:
+        calls = count // tasks * tasks
+        rows = await alternate(admin, built, runs, calls, partial(timed_together, tasks=tasks),
+                               f"case 1b, {tasks} tasks")
+        out.append({"tasks": tasks, "calls": calls, "contenders": rows})
+    for redis in opened:
+        await redis.aclose()
+    return {"runs": runs, "warmup": WARMUP_CALLS, "levels": out}
 
 
 def round_trips(spec: dict[str, Any], conn: Any) -> dict[str, Any]:
     return asyncio.run(time_round_trips(spec["url"], spec["port"], spec["runs"], spec["calls"]))
+
+
+def concurrent(spec: dict[str, Any], conn: Any) -> dict[str, Any]:
+    return asyncio.run(time_concurrent(spec["url"], spec["port"], spec["runs"], spec["calls"], spec["tasks"],
+                                       spec["contenders"]))
 
 
 def progress(message: str) -> None:
@@ -418,6 +557,7 @@ async def send_through_limiter(spec: dict[str, Any], conn: Any) -> dict[str, Any
 
 ROLES: dict[str, Callable[[dict[str, Any], Any], dict[str, Any]]] = {
     "round_trips": round_trips,
+    "concurrent": concurrent,
     "tasks": take_in_tasks,
     "client": send_requests,
     "server": shared_workers.serve,
