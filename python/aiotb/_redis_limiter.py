@@ -6,7 +6,9 @@ every one reserved before it. Order within a limiter is its queue's, first come 
 limiter holds at most one reservation ahead: its first waiter's. One task of the limiter's loop (the
 server) reserves for the head, sleeps on the loop's timer until the instant the script returned,
 grants it, and reserves for the next. No polling, and no host wakes another. The instant is taken
-as the reply's arrival plus the script's delay, never earlier than the server's own instant.
+as the reply's arrival plus the script's delay, never earlier than the server's own instant. When
+the head's grant is due now, the same round trip grants each waiter behind it, in order, while their
+tokens are free now too (``RUN_MOST`` in all): never one ahead, so the rule above holds.
 
 A host stalled by the scheduler, a GC pause or SIGSTOP wakes with at most that one grant due. Nor
 is it used as it stands: counted at its instant, it would come on top of the grants the other clients
