@@ -384,9 +384,15 @@ class RedisLimiter(Limiter):
     def _followers(self) -> list[_Waiter]:
         """The waiters behind the head whose grants the head's round trip may make too, if they are due
         now: up to RUN_MOST - 1, in queue order; none for a window, whose grants are held one by one."""
-        if self._window or len(self._queue) < 2:
-            return []
-        return [w for w in itertools.islice(self._queue, 1, RUN_MOST * 2) if not w.future.done()][:RUN_MOST - 1]
+        followers: list[_Waiter] = []
+        if self._window:
+            return followers
+        for waiter in itertools.islice(self._queue, 1, None):
+            if len(followers) == RUN_MOST - 1:
+                break
+            if not waiter.future.done():
+                followers.append(waiter)
+        return followers
 
     async def _grant_run(self, grants: list[tuple[_Waiter, Reserved]]) -> None:
         """Grants a run of reservations due now, each to its waiter in queue order. A grant whose waiter
