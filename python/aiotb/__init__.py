@@ -2,6 +2,7 @@
 
 from ._core import IMPLEMENTATION
 from ._keyed import KeyedLimiter
+from ._lease_limiter import RedisLeaseLimiter
 from ._limiter import AsyncLimiter, LimitDecorator, Limiter, LimiterStats, Reservation, Slot, WindowLimiter
 from ._redis_limiter import RedisLimiter
 from ._store import StoreCorrupt, StoreError, StoreUnavailable
@@ -9,6 +10,6 @@ from ._store_redis import RedisStore
 from ._store_shm import SharedMemoryStore
 
 __all__ = ["AsyncLimiter", "IMPLEMENTATION", "KeyedLimiter", "LimitDecorator", "Limiter", "LimiterStats",
-           "RedisLimiter", "RedisStore", "Reservation", "SharedMemoryStore", "Slot", "StoreCorrupt", "StoreError",
+           "RedisLeaseLimiter", "RedisLimiter", "RedisStore", "Reservation", "SharedMemoryStore", "Slot", "StoreCorrupt", "StoreError",
            "StoreUnavailable", "WindowLimiter"]
 __version__ = "0.1.0"

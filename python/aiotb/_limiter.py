@@ -163,7 +163,7 @@ class Limiter(Bucket):
         from ._store_redis import RedisStore
 
         if isinstance(store, RedisStore):
-            return cls._over_redis()
+            return cls._over_redis(store.lease is not None)
         from ._store_shm import _segment_type
 
         _segment_type()  # RuntimeError first, where there is no shared memory or no C engine
@@ -181,14 +181,20 @@ class Limiter(Bucket):
         return cast(Self, Bucket.__new__(SharedLimiter))
 
     @classmethod
-    def _over_redis(cls) -> Self:
+    def _over_redis(cls, leased: bool) -> Self:
         """A new limiter of the class that waits on rates in Redis, or TypeError."""
+        from ._lease_limiter import RedisLeaseLimiter
         from ._redis_limiter import RedisLimiter, RedisWindowLimiter
 
-        if issubclass(cls, RedisLimiter):
+        if issubclass(cls, (RedisLimiter, RedisLeaseLimiter)):
             return super().__new__(cls)
         if cls is not Limiter and cls is not WindowLimiter:
             raise TypeError(f"store=RedisStore(...) works with Limiter and WindowLimiter themselves, not {cls.__name__}")
+        if leased:
+            if cls is WindowLimiter:
+                raise TypeError("WindowLimiter takes no leased RedisStore: a window's grants must all be logged in "
+                                "one place; give it RedisStore(redis, key) without lease=")
+            return cast(Self, Bucket.__new__(RedisLeaseLimiter))
         return cast(Self, Bucket.__new__(RedisLimiter if cls is Limiter else RedisWindowLimiter))
 
     def __init__(self, max_rate: float | None = None, time_period: float | None = None, *,

@@ -13,6 +13,7 @@ import time
 from importlib import resources
 from typing import TYPE_CHECKING, Literal, NamedTuple, Sequence
 
+from . import _params
 from ._store import StoreCorrupt, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -46,7 +47,9 @@ class Script(NamedTuple):
 
 
 _SCRIPTS = {name: Script.of("".join(resources.files("aiotb").joinpath(f"_redis_{part}.lua").read_text(encoding="utf-8")
-                                    for part in ("common", name))) for name in ("gcra", "window")}
+                                    for part in ("common", name))) for name in ("gcra", "window", "lease")}
+LEASE_SPANS = (0.05, 3600.0)  # s: the shortest and the longest lease
+MOST_UNITS = 1024  # the most units a lease may split the rates into
 
 
 class Reserved(NamedTuple):
@@ -56,6 +59,18 @@ class Reserved(NamedTuple):
     delay: int
     record: bytes
     at: int
+
+
+class Lease(NamedTuple):
+    """The lease script's answer: the units the holder holds now, its fair share of them (the most it
+    may keep), whether it held no lease before the call, the tokens of the units it took, and the ns
+    until a pause ends."""
+
+    units: int
+    share: int
+    fresh: bool
+    tokens: float
+    pause_ns: int
 
 
 class RedisStore:
@@ -68,11 +83,16 @@ class RedisStore:
     is the server's, so the clients' clocks do not matter. ``on_error`` says what a call does when
     Redis cannot answer: ``"raise"`` ``StoreUnavailable`` (the default; nothing is granted),
     ``"allow"`` let it through unlimited (unsafe: the quota is not kept while Redis is away), or
-    a local ``Limiter`` to take from instead, until Redis answers again."""
+    a local ``Limiter`` to take from instead, until Redis answers again.
 
-    __slots__ = ("_redis", "_key", "_on_error", "_scripts", "_client_clock", "_url")
+    ``lease=seconds`` leases the rates out instead: each limiter holds some of ``units`` equal
+    parts of every rate and burst for ``lease`` seconds at a time, renews them before then, and
+    grants from them with no round trip (see ``RedisLeaseLimiter``)."""
 
-    def __init__(self, redis: Redis | RedisCluster | str, key: str, *, on_error: OnError | Limiter = "raise") -> None:
+    __slots__ = ("_redis", "_key", "_on_error", "_scripts", "_client_clock", "_url", "_lease", "_units")
+
+    def __init__(self, redis: Redis | RedisCluster | str, key: str, *, on_error: OnError | Limiter = "raise",
+                 lease: float | None = None, units: int = 16) -> None:
         from ._limiter import Limiter
 
         if not isinstance(key, str) or isinstance(key, bool):
@@ -81,6 +101,14 @@ class RedisStore:
             raise ValueError(f"key must not be empty, got {key!r}")
         if not (isinstance(on_error, Limiter) or on_error == "raise" or on_error == "allow"):
             raise ValueError(f"on_error must be 'raise', 'allow' or a Limiter, got {on_error!r}")
+        if lease is not None:
+            span = _params.real("lease", lease)
+            if not LEASE_SPANS[0] <= span <= LEASE_SPANS[1]:
+                raise ValueError(f"lease must be from {LEASE_SPANS[0]} to {LEASE_SPANS[1]:.0f} seconds, got {lease!r}")
+        if isinstance(units, bool) or not isinstance(units, int):
+            raise TypeError(f"units must be an int, got {units!r}")
+        if not 1 <= units <= MOST_UNITS:
+            raise ValueError(f"units must be from 1 to {MOST_UNITS}, got {units!r}")
         client = _client(redis)
         self._redis = client
         self._url = redis if isinstance(redis, str) else None
@@ -88,6 +116,8 @@ class RedisStore:
         self._on_error: OnError | Limiter = on_error
         self._scripts = _SCRIPTS
         self._client_clock = False  # True: the script takes the client's time even where TIME works (tests)
+        self._lease = None if lease is None else float(lease)
+        self._units = units
 
     @property
     def redis(self) -> Redis | RedisCluster:
@@ -109,24 +139,39 @@ class RedisStore:
         """What a call does when Redis cannot answer."""
         return self._on_error
 
+    @property
+    def lease(self) -> float | None:
+        """Seconds a limiter holds its units of the rates at a time; None: no leases, one round trip a grant."""
+        return self._lease
+
+    @property
+    def units(self) -> int:
+        """How many equal parts of every rate and burst a lease is counted in."""
+        return self._units
+
     def _for_key(self, key: object) -> RedisStore:
         """The store of one key of a KeyedLimiter: ``<this key>:<key>``, on the same client."""
         if isinstance(key, bool) or not isinstance(key, (str, int)):
             raise TypeError(f"a KeyedLimiter over a RedisStore takes str or int keys, got {key!r}")
+        if self._lease is not None:
+            raise TypeError("a KeyedLimiter takes no leased RedisStore: a lease per key would renew every key "
+                            "of every client; give it RedisStore(redis, key) without lease=")
         child = object.__new__(RedisStore)
         child._redis, child._url, child._on_error = self._redis, self._url, self._on_error
         child._scripts, child._client_clock = self._scripts, self._client_clock
+        child._lease, child._units = None, self._units
         child._key = f"{self._key}:{key}"
         return child
 
     def __repr__(self) -> str:
+        more = "" if self._lease is None else f", lease={self._lease!r}, units={self._units!r}"
         if self._url is not None:
-            return f"RedisStore({self._url!r}, {self._key!r})"
+            return f"RedisStore({self._url!r}, {self._key!r}{more})"
         pool = getattr(self._redis, "connection_pool", None)
         if pool is None:  # a cluster
-            return f"RedisStore(<{type(self._redis).__name__}>, {self._key!r})"
+            return f"RedisStore(<{type(self._redis).__name__}>, {self._key!r}{more})"
         where = pool.connection_kwargs
-        return f"RedisStore(<Redis {where.get('host', where.get('path'))}:{where.get('port', '')}>, {self._key!r})"
+        return f"RedisStore(<Redis {where.get('host', where.get('path'))}:{where.get('port', '')}>, {self._key!r}{more})"
 
     # ---- the script's operations; definition: the rates as the script's definition string ----
 
@@ -195,6 +240,16 @@ class RedisStore:
         """No grant for span_ns from the server's now (a later pause only moves it later); ns until its end."""
         return int((await self._run(definition, f"pause {span_ns}"))[1])
 
+    async def lease_units(self, definition: str, holder: str, have: int, want: int, give_back: float) -> Lease:
+        """Renews holder's lease of the units of definition (or starts one), keeping ``have`` units and
+        giving the rest back, each holding give_back of its burst; asks for ``want`` in all."""
+        words = await self._run(definition, f"lease {holder} {have} {want} {give_back!r}")
+        return Lease(int(words[1]), int(words[2]), words[3] == b"1", float(words[4]), int(words[5]))
+
+    async def release_units(self, definition: str, holder: str, give_back: float) -> None:
+        """Gives every unit of holder back, each holding give_back of its burst."""
+        await self._run(definition, f"release {holder} {give_back!r}")
+
     async def _run(self, definition: str, operation: str | bytes) -> list[bytes]:
         """One round trip of the script: operation (its name and words) on the limits of definition;
         the words of its reply, status first (0, 1, 3 or 4); its failures as StoreUnavailable,
@@ -204,6 +259,8 @@ class RedisStore:
             keys: tuple[int | str, ...]
             if definition.startswith("window"):
                 script, keys = self._scripts["window"], (2, key, key + ":log")
+            elif definition.startswith("lease"):
+                script, keys = self._scripts["lease"], (1, key)
             else:
                 script, keys = self._scripts["gcra"], (1, key)
             args = (definition, operation, time.time_ns() // 1000) + (("1",) if self._client_clock else ())
@@ -262,6 +319,11 @@ def _lost_connection(error: BaseException) -> bool:
     return code is not None and code.co_name == "writelines" and "asyncio" in code.co_filename
 
 
+def lease_definition(units: int, span: float, rates: Sequence[tuple[float, float, float]]) -> str:
+    """The lease script's definition of rates leased out in units for span seconds at a time."""
+    return f"lease {units} {round(span * 1e6)} {definition(rates)}"
+
+
 def window_definition(period_ns: int, limit: float) -> str:
     """The window script's definition of a window."""
     return f"window {period_ns} {limit!r}"
@@ -272,6 +334,9 @@ def describe(definition: str) -> str:
     if definition.startswith("window "):
         _, period_ns, limit = definition.split()
         return f"a window of at most {float(limit):.6g} in any {int(period_ns) / 1e9:.6g} s"
+    if definition.startswith("lease "):
+        _, units, span_us, rates = definition.split(" ", 3)
+        return f"{describe(rates)} leased in {int(units)} units for {int(span_us) / 1e6:.6g} s"
     parts = []
     for rate in definition.split(";"):
         ns, burst, initial = (float(x) for x in rate.split(","))
