@@ -28,7 +28,15 @@ measures, against that server and with one client library (redis-py's redis.asyn
      ``Limiter(95, 1, burst=5, store=RedisStore(url, key))`` on one key, each request sent and read
      inside ``async with limiter:``, to a local HTTP server in its own process that answers 429
      above 100 requests in any sliding second (shared_workers.py's server role, with shared.py's
-     settings); then the same with an in-process ``Limiter(95, 1, burst=5)`` in each process.
+     settings); then the same with an in-process ``Limiter(95, 1, burst=5)`` in each process;
+  5. the lease mode, ``RedisStore(..., lease=1.0, units=16)``, whose limiter grants from units of
+     the key's rates that it leases, with no round trip per grant: (a) one process, sequential
+     awaits, rates that never bind: ``async with`` and ``await try_acquire()`` on a leased store
+     against the same store without lease= (one round trip a grant), alternating runs as case 1,
+     medians, with the EVALSHA calls the server counted during them; (b) 4 processes x 50 tasks
+     looping ``async with limiter:`` on one key at 1,000/s (burst 20), their use instants merged
+     and checked against burst + rate * t; (c) 3 such processes, then a 4th starting later: how
+     long it waits for its first grant and for a fifth of the rate, and the shares after.
 
 What a merged log says: the grants; the achieved rate, (grants - burst) over the first to the last
 instant; the most grants in any 1 s window [t, t + 1 s) against the bound burst + rate * 1 s, and how
@@ -80,6 +88,11 @@ TARGET_VS_LIMITS = 1.0
 TARGET_EXACT = 1e-6  # tokens of GCRA excess at the server's instants (the script's instants are exact ns)
 TARGET_SLACK_MS = 2.0  # steady p99 wake lateness <= one round trip + this
 TARGET_HTTP_RATE_PCT = 97.0  # case 4: the 200s' rate, in every run, against the limiter's rate
+LEASE_SPAN, LEASE_UNITS = 1.0, 16  # case 5: RedisStore(..., lease=LEASE_SPAN, units=LEASE_UNITS)
+LEASE_BURST = 20.0  # cases 5b and 5c: Limiter(1_000, 1, burst=20), 1.25 tokens of burst a unit
+TARGET_LEASE_VS_ONE = 20.0  # case 5a: a leased limiter's grants/s against those of one round trip a grant
+TARGET_LEASE_RATE_PCT = 99.0  # case 5b: the rate after the first second, against the limiter's rate
+NEWCOMER_SHARE = 0.20  # case 5c: the part of the rate a late process's grants in a sliding 1 s window reach
 SERVER_FIGURES = ("Server CPU: the server's user + system CPU time over the run (INFO cpu), per call, median. Server "
                   "execution: the server's time executing the row's commands over the run (INFO commandstats, reset "
                   "before it: EVALSHA's for a script, whose commands run inside it; else every command's, INCRBY for "
@@ -91,9 +104,11 @@ HTTP_REQUESTS = 600  # in all, HTTP_REQUESTS // HTTP_CLIENTS per process
 
 PROFILES: dict[str, dict[str, Any]] = {
     "full": {"rt_runs": 9, "rt_calls": 4_000, "together_runs": 5, "together_calls": 3_200, "together_tasks": [16, 64],
-             "shared_s": 30, "stopped_s": 20, "http_runs": 5},
+             "shared_s": 30, "stopped_s": 20, "http_runs": 5, "lease_runs": 7, "lease_calls": 1_000_000,
+             "lease_shared_s": 30, "join_after_s": 3, "joined_s": 6, "share_last_s": 3},
     "quick": {"rt_runs": 5, "rt_calls": 1_000, "together_runs": 3, "together_calls": 1_024,
-              "together_tasks": [16, 64], "shared_s": 5, "stopped_s": 6, "http_runs": 1},
+              "together_tasks": [16, 64], "shared_s": 5, "stopped_s": 6, "http_runs": 1, "lease_runs": 3,
+              "lease_calls": 200_000, "lease_shared_s": 5, "join_after_s": 2, "joined_s": 4, "share_last_s": 2},
 }
 
 
@@ -388,6 +403,142 @@ def real_client(ctx: Any, redis_url: str, runs: int) -> dict[str, Any]:
     return out
 
 
+# ---- case 5: the lease mode ----
+
+def lease_throughput(ctx: Any, url: str, runs: int, calls: int, lease_calls: int) -> dict[str, Any]:
+    """Case 5a, in one fresh process (redis_store_workers.time_leased)."""
+    spec = {"role": "lease_throughput", "url": url, "runs": runs, "calls": calls, "lease_calls": lease_calls,
+            "lease": LEASE_SPAN, "units": LEASE_UNITS}
+    with started(ctx, [spec]) as (worker,):
+        return dict(worker.receive(READY_TIMEOUT + 60 * runs))
+
+
+def run_leased(ctx: Any, url: str, seconds: float, delays_s: list[float]) -> list[dict[str, Any]]:
+    """One lease_tasks worker per delay on one new key, started together, each process's tasks
+    starting that long after the start; their results."""
+    key = f"bench-lease-{secrets.token_hex(4)}"
+    specs = [{"role": "lease_tasks", "url": url, "key": key, "rate": RATE, "burst": LEASE_BURST, "lease": LEASE_SPAN,
+              "units": LEASE_UNITS, "tasks": TASKS, "duration_ns": int(seconds * 1e9), "delay_ns": int(delay * 1e9)}
+             for delay in delays_s]
+    with started(ctx, specs) as workers:
+        release(workers)
+        return results_of(workers, seconds)
+
+
+def leased_uses(done: list[dict[str, Any]]) -> list[Any]:
+    """Each process's use instants within the run (its start to its end instant), sorted."""
+    import numpy as np
+
+    out = []
+    for d in done:
+        used = np.sort(np.array(d["use_at"], dtype=np.int64))
+        out.append(used[(used >= d["start_ns"]) & (used < d["end_ns"])])
+    return out
+
+
+def count_within(instants: Any, since_ns: int, until_ns: int) -> int:
+    """How many of sorted instants are in [since_ns, until_ns)."""
+    import numpy as np
+
+    return int(np.searchsorted(instants, until_ns, side="left") - np.searchsorted(instants, since_ns, side="left"))
+
+
+def first_units_ms(d: dict[str, Any], at_least: int) -> float | None:
+    """ms from the process's first call to the answer of its first lease call that left it at_least units."""
+    replied = [lease[1] for lease in d["leases"] if lease[4] >= at_least]
+    return (min(replied) - d["first_call_ns"]) / 1e6 if replied else None
+
+
+def units_held(d: dict[str, Any], since_ns: int, until_ns: int) -> dict[str, float]:
+    """The units a process held over [since_ns, until_ns), as its lease calls answered (none before
+    the first answer): their time-weighted mean, the fewest and the most."""
+    steps = sorted((lease[1], lease[4]) for lease in d["leases"])
+    held, at = 0, since_ns
+    for replied, units in steps:
+        if replied > since_ns:
+            break
+        held = units
+    seen, weighted = [held], 0.0
+    for replied, units in steps:
+        if since_ns < replied < until_ns:
+            weighted += held * (replied - at)
+            held, at = units, replied
+            seen.append(held)
+    weighted += held * (until_ns - at)
+    return {"mean": weighted / (until_ns - since_ns), "fewest": min(seen), "most": max(seen)}
+
+
+def asked_fewer(d: dict[str, Any], since_ns: int, until_ns: int) -> int:
+    """The process's lease calls sent in [since_ns, until_ns) that asked for fewer units than it held
+    (as the call before answered): with its tasks always waiting, its demand never fell."""
+    leases = sorted(d["leases"])
+    return sum(1 for before, lease in zip(leases, leases[1:])
+               if since_ns <= lease[0] < until_ns and lease[3] < before[4])
+
+
+def lease_process_rows(done: list[dict[str, Any]], uses: list[Any], since_ns: int, until_ns: int
+                       ) -> list[dict[str, Any]]:
+    """Each process's grants, its grants in [since_ns, until_ns) and their share of all there, the
+    units it held then, and its lease calls."""
+    within = [count_within(used, since_ns, until_ns) for used in uses]
+    total = max(1, sum(within))
+    return [{"pid": d["pid"], "started_s": (d["first_call_ns"] - d["start_ns"]) / 1e9, "grants": int(used.size),
+             "window_grants": n, "share_pct": 100 * n / total, "units": units_held(d, since_ns, until_ns),
+             "asked_fewer": asked_fewer(d, since_ns, until_ns),
+             "lease_calls": len(d["leases"]), "releases": d["releases"], "units_at_end": d["units_at_end"],
+             "first_units_ms": first_units_ms(d, 1)}
+            for d, used, n in zip(done, uses, within)]
+
+
+def lease_shared(ctx: Any, url: str, seconds: float) -> dict[str, Any]:
+    """Case 5b: 4 processes on one leased key from the start: the bound at the use instants, the
+    rate after the first second, and each process's share."""
+    import numpy as np
+
+    done = run_leased(ctx, url, seconds, [0.0] * PROCESSES)
+    uses = leased_uses(done)
+    every = np.sort(np.concatenate(uses))
+    start_ns, end_ns = done[0]["start_ns"], done[0]["end_ns"]
+    steady_s = (end_ns - start_ns - STEADY_AFTER_NS) / 1e9
+    out: dict[str, Any] = {"seconds": seconds, "burst": LEASE_BURST, "use": bound_stats(every, RATE, LEASE_BURST),
+                           "steady_rate": count_within(every, start_ns + STEADY_AFTER_NS, end_ns) / steady_s,
+                           "processes": lease_process_rows(done, uses, start_ns, end_ns),
+                           "steady_processes": lease_process_rows(done, uses, start_ns + STEADY_AFTER_NS, end_ns)}
+    u = out["use"]
+    progress(f"case 5b: {u['grants']:,} grants, {out['steady_rate']:,.1f}/s after the first second, excess "
+             f"{u['excess_tokens']:+.6f} at use instants, {u['windows_over']} windows over")
+    return out
+
+
+def lease_join(ctx: Any, url: str, join_s: float, joined_s: float, last_s: float) -> dict[str, Any]:
+    """Case 5c: 3 processes on one leased key, a 4th from join_s on, joined_s more seconds: how long
+    the 4th waits for units, a grant and NEWCOMER_SHARE of the rate, and the shares before and after."""
+    import numpy as np
+
+    done = run_leased(ctx, url, join_s + joined_s, [0.0] * (PROCESSES - 1) + [join_s])
+    uses = leased_uses(done)
+    start_ns, end_ns = done[0]["start_ns"], done[0]["end_ns"]
+    late, late_uses = done[-1], uses[-1]
+    first_call = late["first_call_ns"]
+    in_window = np.arange(1, late_uses.size + 1) - np.searchsorted(late_uses, late_uses - WINDOW_NS, side="right")
+    reached = np.flatnonzero(in_window >= NEWCOMER_SHARE * RATE * WINDOW_NS / 1e9)
+    last_window = count_within(late_uses, end_ns - WINDOW_NS, end_ns)
+    out: dict[str, Any] = {
+        "join_s": join_s, "joined_s": joined_s, "last_s": last_s, "burst": LEASE_BURST,
+        "use": bound_stats(np.sort(np.concatenate(uses)), RATE, LEASE_BURST),
+        "before": lease_process_rows(done[:-1], uses[:-1], start_ns + STEADY_AFTER_NS, first_call),
+        "last": lease_process_rows(done, uses, end_ns - int(last_s * 1e9), end_ns),
+        "first_units_ms": first_units_ms(late, 1),
+        "fair_units_ms": first_units_ms(late, LEASE_UNITS // PROCESSES),
+        "first_grant_ms": (int(late_uses[0]) - first_call) / 1e6 if late_uses.size else None,
+        "share_reached_ms": (int(late_uses[reached[0]]) - first_call) / 1e6 if reached.size else None,
+        "most_in_window": int(in_window.max()) if in_window.size else 0,
+        "last_window_pct": 100 * last_window / (RATE * WINDOW_NS / 1e9)}
+    progress(f"case 5c: first grant {fmt(out['first_grant_ms'], '.1f')} ms after the first call, "
+             f"{NEWCOMER_SHARE:.0%} of the rate in 1 s after {fmt(out['share_reached_ms'], '.1f')} ms")
+    return out
+
+
 # ---- the report ----
 
 def median(values: list[float]) -> float:
@@ -476,7 +627,34 @@ def target_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
         rows.append((name, f"200s at ≥ {TARGET_HTTP_RATE_PCT:g} % of 95/s (every run; the worst of {len(runs)})",
                      f"{worst_rate:.2f}/s ({100 * worst_rate / HTTP_RATE:.1f} %)",
                      100 * worst_rate / HTTP_RATE >= TARGET_HTTP_RATE_PCT))
+    if "lease_throughput" in r:
+        rows += lease_ratio_targets(r["lease_throughput"])
+    if "lease_shared" in r:
+        b = r["lease_shared"]
+        u = b["use"]
+        name = f"5b. lease mode, {PROCESSES} processes, 1,000/s, burst {LEASE_BURST:g}"
+        rows.append((name, f"use instants: largest excess over burst + rate·t < {TARGET_EXACT:.6f} tokens (0 over "
+                     "the bound)", f"{u['excess_tokens']:+.6f}", u["excess_tokens"] < TARGET_EXACT))
+        rows.append((name, "use instants: 0 windows over burst + rate·1 s", f"{u['windows_over']:,}",
+                     u["windows_over"] == 0))
+        pct = 100 * b["steady_rate"] / RATE
+        rows.append((name, f"rate after the first second ≥ {TARGET_LEASE_RATE_PCT:g} % of 1,000/s",
+                     f"{b['steady_rate']:,.2f}/s ({pct:.2f} %)", pct >= TARGET_LEASE_RATE_PCT))
     return rows
+
+
+def lease_ratio_targets(a: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    """Case 5a's target rows: each leased call against the same call with one round trip a grant."""
+    rows = a["rows"]
+    out = []
+    for call, leased, one in (("`async with`", "lease_enter", "one_enter"),
+                              ("`await try_acquire()`", "lease_try", "one_try")):
+        ratio = rows[leased]["grants_median"] / rows[one]["grants_median"]
+        out.append((f"5a. lease mode, one process, {call}",
+                    f"grants/s ≥ {TARGET_LEASE_VS_ONE:g} × one round trip a grant's (the same store without lease=)",
+                    f"{rows[leased]['grants_median']:,.0f} / {rows[one]['grants_median']:,.0f} = {ratio:.1f} ×",
+                    ratio >= TARGET_LEASE_VS_ONE))
+    return out
 
 
 def introduction(r: dict[str, Any], env: str) -> list[str]:
@@ -708,6 +886,140 @@ def http_section(h: dict[str, Any]) -> list[str]:
     return lines
 
 
+def lease_section(r: dict[str, Any]) -> list[str]:
+    lines = [f"## 5. Lease mode: `RedisStore(client, key, lease={LEASE_SPAN:g}, units={LEASE_UNITS})`", "",
+             f"A limiter over a leased store holds some of the key's rates, counted in {LEASE_UNITS} units (each "
+             f"1/{LEASE_UNITS} of every rate and of every burst); it grants from its units in its own engine, with no "
+             "round trip a grant, and renews its lease every third of the span, asking for its demand. The script "
+             "splits the units max-min fairly over the holders' wants; a holder gives units back (with their tokens) "
+             "or takes free ones only as it renews.", ""]
+    if "lease_throughput" in r:
+        lines += lease_throughput_lines(r["lease_throughput"])
+    if "lease_shared" in r:
+        lines += lease_shared_lines(r["lease_shared"])
+    if "lease_join" in r:
+        lines += lease_join_lines(r["lease_join"])
+    return lines
+
+
+def units_cell(u: dict[str, float]) -> str:
+    return f"{u['mean']:.2f} ({u['fewest']} – {u['most']})"
+
+
+def lease_throughput_lines(a: dict[str, Any]) -> list[str]:
+    from aiotb._lease_limiter import RENEW_EVERY
+
+    rows = a["rows"]
+    span = a["lease"]
+    lines = ["### 5a. One process, sequential awaits, rates that never bind", "",
+             f"`Limiter(1e6, 1, burst=1e6)` over `RedisStore(client, key, lease={span:g}, units={a['units']})` and "
+             "over `RedisStore(client, key)` (one round trip a grant), each row its own client and key; "
+             f"{a['runs']} runs, the order of the rows rotated by one each run, of {a['lease_calls']:,} calls on a "
+             f"leased limiter and {a['calls']:,} on the other, after {a['warmup']} warm-up calls; medians. Before "
+             "each run every leased limiter gives its units back (`await limiter.aclose()`): each leased run starts "
+             "with no units, its first call leasing them (one round trip, inside the run), and no other limiter's "
+             "keeper runs during a run. Grants/s: calls answered with a grant per second (`try_acquire()` answers "
+             "False while the units held have no token for it). EVALSHA calls: the server's count over each run "
+             "(INFO commandstats, reset before it); a leased limiter's are its lease calls. Server execution as in "
+             "case 1.", "",
+             "| call | calls/s | grants/s | µs per call | runs, calls/s (min – max) | calls a run | run s | "
+             "EVALSHA calls a run (min – max) | grants per EVALSHA | server execution µs per call | connections | "
+             "refused |", "|:--|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for row in rows.values():
+        runs, evalsha = row["runs"], row["evalsha_runs"]
+        grants = sum(row["calls"] - refused for refused in row["refused_runs"])
+        lines.append(f"| {row['label']} | {row['median']:,.0f} | {row['grants_median']:,.0f} | "
+                     f"{1e6 / row['median']:.3f} | {min(runs):,.0f} – {max(runs):,.0f} | {row['calls']:,} | "
+                     f"{row['calls'] / row['median']:.3f} | {min(evalsha):,} – {max(evalsha):,} | "
+                     f"{grants / max(1, sum(evalsha)):,.0f} | {row['exec_us']:.3f} | {row['connections']} | "
+                     f"{row['refused']:,} |")
+    lines += ["", "| call | leased, grants/s | one round trip a grant, grants/s | leased ÷ one round trip "
+              f"(target ≥ {TARGET_LEASE_VS_ONE:g}) |", "|:--|--:|--:|--:|"]
+    for call, leased, one in (("`async with`", "lease_enter", "one_enter"),
+                              ("`await try_acquire()`", "lease_try", "one_try")):
+        ratio = rows[leased]["grants_median"] / rows[one]["grants_median"]
+        lines.append(f"| {call} | {rows[leased]['grants_median']:,.0f} | {rows[one]['grants_median']:,.0f} | "
+                     f"{ratio:.1f} ({verdict(ratio >= TARGET_LEASE_VS_ONE)}) |")
+    notes = []
+    for key, call in (("lease_enter", "`async with`"), ("lease_try", "`try_acquire()`")):
+        row = rows[key]
+        firsts = sorted({(leases[0][3], leases[0][4]) for leases in row["leases_runs"] if leases})
+        asked = "; ".join(f"asked for {want}, got {units}" for want, units in firsts)
+        on_time = int(row["calls"] / row["median"] / (span * RENEW_EVERY))  # renewals in a median run, on time
+        calls = median(row["evalsha_runs"])
+        text = (f"{call}: the first lease call of each run {asked} (of {a['units']} units); {calls:g} EVALSHA "
+                f"call(s) in a median run of {row['calls'] / row['median']:.3f} s")
+        if calls - 1 < on_time:
+            text += (f", where a keeper renewing every third of the span would have renewed {on_time} time(s) "
+                     "after the first lease: the keeper is a task of the caller's loop, and sequential awaits "
+                     "that are granted at once never suspend, so it runs only when a call waits or a refused "
+                     "`try_acquire()` yields")
+        notes.append(text + ".")
+    refused = rows["lease_try"]["refused"]
+    if refused:
+        notes.append(f"`try_acquire()` on the leased limiter was refused {refused:,} times in all "
+                     f"({refused / (a['runs'] * a['lease_calls']):.1%} of its calls) although the rates never bind: "
+                     "its first lease is sized by the demand measured so far, and its calls are refused while the "
+                     "units held have no token, until a renewal asks for more.")
+    return lines + [""] + notes + [""]
+
+
+def lease_shared_lines(b: dict[str, Any]) -> list[str]:
+    shares = [p["share_pct"] for p in b["steady_processes"]]
+    lines = [f"### 5b. {PROCESSES} processes × {TASKS} tasks, one key, `Limiter(1_000, 1, burst={b['burst']:g}, "
+             f"store=RedisStore(url, key, lease={LEASE_SPAN:g}))`, {b['seconds']:g} s", "",
+             f"Spawned processes started together, their lease calls racing for the units; each task loops `async "
+             "with limiter:` and logs its use instant (`time.monotonic_ns()`, one clock for every process on this "
+             f"host) as it resumes; uses after the end instant are left out. Burst {b['burst']:g}: "
+             f"{b['burst'] / LEASE_UNITS:g} tokens a unit, so a holder of one unit may grant one token. The bound is "
+             "checked on the merged use instants as in case 2 (windows of 1 s from each use; the largest excess "
+             "over burst + rate·t over every interval). Rate after the first second: uses from 1 s after the start "
+             "to the end, over that time. Units held: as the process's lease calls answered, weighted by time. "
+             "Asked for fewer: lease calls that asked for fewer units than the process held, although its tasks "
+             "always waited.", "",
+             f"| instants | {BOUND_HEAD} | rate after the first second /s |", "|:--|" + "--:|" * 7,
+             f"| use | {bound_cells(b['use'], 6)} | {b['steady_rate']:,.2f} |", "",
+             "| process | grants | share % | after the first second: share % | units held, mean (fewest – most) | "
+             "asked for fewer | first units, ms after the start | lease calls |", "|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for i, (p, steady) in enumerate(zip(b["processes"], b["steady_processes"]), 1):
+        lines.append(f"| {i} | {p['grants']:,} | {p['share_pct']:.2f} | {steady['share_pct']:.2f} | "
+                     f"{units_cell(steady['units'])} | {steady['asked_fewer']} | {fmt(p['first_units_ms'], '.1f')} | "
+                     f"{p['lease_calls']} |")
+    return lines + ["", f"Shares after the first second: {min(shares):.2f} % to {max(shares):.2f} % (a fair quarter is "
+                    "25 %).", ""]
+
+
+def lease_join_lines(c: dict[str, Any]) -> list[str]:
+    u = c["use"]
+    quarter = LEASE_UNITS // PROCESSES
+    lines = ["### 5c. A process that starts late: what the lease mode costs in fairness", "",
+             f"{PROCESSES - 1} processes as in 5b from the start; a {PROCESSES}th starts its {TASKS} tasks "
+             f"{c['join_s']:g} s later, and all stop {c['joined_s']:g} s after that, every process wanting all the "
+             "units. No target: this is reported as what the lease mode costs in fairness. Units move only as "
+             "their holders renew, so a newcomer gets units as the others give theirs back at their renewals, "
+             "where one round trip a grant would serve it in the key's one order. Units held and asked for "
+             "fewer as in 5b.", "",
+             f"The late process, from its first call (`async with`): its first units after "
+             f"{fmt(c['first_units_ms'], ',.1f')} ms, its first grant after {fmt(c['first_grant_ms'], ',.1f')} ms, "
+             f"a fair quarter of the units ({quarter}) after {fmt(c['fair_units_ms'], ',.1f')} ms; its grants in a "
+             f"sliding 1 s window reached {NEWCOMER_SHARE:.0%} of the rate after "
+             f"{fmt(c['share_reached_ms'], ',.1f')} ms" + ("" if c["share_reached_ms"] is not None else
+                                                           " (never, in this run)") +
+             f" (the most in any 1 s window: {c['most_in_window']:,}, {c['most_in_window'] / RATE:.1%} of the rate); "
+             f"in the last second of the run, {c['last_window_pct']:.1f} % of the rate (a fair quarter is 25 %).",
+             "", f"| process | started s | from 1 s to the late start: share % | units held, mean (fewest – most) | "
+             f"last {c['last_s']:g} s: share % | units held, mean (fewest – most) | asked for fewer | lease calls |",
+             "|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for i, last in enumerate(c["last"]):
+        before = c["before"][i] if i < len(c["before"]) else None
+        lines.append(f"| {i + 1} | {last['started_s']:.3f} | {fmt(before and before['share_pct'], '.2f')} | "
+                     f"{units_cell(before['units']) if before else '–'} | {last['share_pct']:.2f} | "
+                     f"{units_cell(last['units'])} | {last['asked_fewer']} | {last['lease_calls']} |")
+    return lines + ["", f"The bound over the run, at the merged use instants: {u['windows_over']:,} windows over "
+                    f"burst + rate·1 s (the most in 1 s: {u['max_in_window']:,} of {u['bound']:,.0f}), largest "
+                    f"excess {u['excess_tokens']:+.6f} tokens.", ""]
+
+
 def report(r: dict[str, Any], env: str) -> str:
     lines = introduction(r, env)
     if "round_trips" in r:
@@ -720,6 +1032,8 @@ def report(r: dict[str, Any], env: str) -> str:
         lines += stopped_section(r["stopped"])
     if "http" in r:
         lines += http_section(r["http"])
+    if any(key in r for key in ("lease_throughput", "lease_shared", "lease_join")):
+        lines += lease_section(r)
     lines.append(f"The run took {r['elapsed_s']:.0f} s.")
     return "\n".join(lines) + "\n"
 
@@ -757,6 +1071,10 @@ def main() -> None:
             "shared": lambda: shared_key(ctx, server.url, p["shared_s"]),
             "stopped": lambda: stopped(ctx, server.url, p["stopped_s"]),
             "http": lambda: real_client(ctx, server.url, p["http_runs"]),
+            "lease_throughput": lambda: lease_throughput(ctx, server.url, p["lease_runs"], p["rt_calls"],
+                                                         p["lease_calls"]),
+            "lease_shared": lambda: lease_shared(ctx, server.url, p["lease_shared_s"]),
+            "lease_join": lambda: lease_join(ctx, server.url, p["join_after_s"], p["joined_s"], p["share_last_s"]),
         }
         for key, run in cases.items():
             started = time.monotonic()

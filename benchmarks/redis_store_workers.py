@@ -13,7 +13,13 @@ Roles (spec["role"]):
                connects (and loads the script) first, then receives the HTTP server's URL, says
                "ready" and sends shared_workers.send_all's requests from the start instant, each
                sent and read inside ``async with limiter:``;
-  server       case 4's HTTP server: shared_workers.serve (tests/http_server.py's RateLimitedServer).
+  server       case 4's HTTP server: shared_workers.serve (tests/http_server.py's RateLimitedServer);
+  lease_throughput  case 5a: ``async with`` and ``try_acquire()`` on a leased RedisStore and on the
+               same store without lease=, each on its own client and key, timed in alternating runs
+               of sequential awaits, with the server's figures over each run;
+  lease_tasks  cases 5b and 5c: as a tasks worker, over a leased store that logs its lease calls
+               (``LoggedLeaseStore``), its tasks starting ``delay_ns`` after the start instant; it
+               sends back its use instants, the instant its tasks first asked, and its lease calls.
 
 A tasks worker is a fresh process with one ``Limiter(rate, 1, burst=b, store=RedisStore(url, key))``
 whose store and engine log what they did (``LoggedStore``, ``LoggedLimiter``). It connects and loads
@@ -27,6 +33,7 @@ one dict of lists (see ``take_in_tasks``), or {"error": traceback}."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import itertools
 import os
 import statistics
@@ -39,7 +46,7 @@ import shared_workers
 from crew import run_role
 from aiotb import RedisStore
 from aiotb._redis_limiter import RedisLimiter
-from aiotb._store_redis import Reserved
+from aiotb._store_redis import Lease, Reserved
 
 START_TIMEOUT = 120.0  # s a worker waits for its start instant
 SPIN_NS = 2_000_000  # the last 2 ms before the start are spun, not slept: the loop's timer rounds to 1 ms
@@ -537,9 +544,9 @@ def send_requests(spec: dict[str, Any], conn: Any) -> dict[str, Any]:
 
 
 async def send_through_limiter(spec: dict[str, Any], conn: Any) -> dict[str, Any]:
-    import aiohttp  # noqa: F401 - imported before the start, as the other processes start
-
     from aiotb import Limiter
+
+    importlib.import_module("aiohttp")  # imported before the start, as the other processes start
 
     store = None if spec["key"] is None else RedisStore(spec["redis_url"], spec["key"])
     limiter = Limiter(spec["rate"], 1, burst=spec["burst"], store=store)
@@ -555,10 +562,170 @@ async def send_through_limiter(spec: dict[str, Any], conn: Any) -> dict[str, Any
     return {"pid": os.getpid(), "statuses": {str(s): statuses.count(s) for s in sorted(set(statuses))}}
 
 
+# ---- case 5: the lease mode ----
+
+class LoggedLeaseStore(RedisStore):
+    """A leased RedisStore that logs each lease call its limiter made: (CLOCK_MONOTONIC ns as it was
+    sent, as it was answered, units kept, units wanted, units held after, fair share, 1 if the
+    holder had no lease before); and counts the calls that gave every unit back."""
+
+    __slots__ = ("leases", "releases")
+
+    def __init__(self, redis: Any, key: str, lease: float, units: int) -> None:
+        super().__init__(redis, key, lease=lease, units=units)
+        self.leases: list[tuple[int, int, int, int, int, int, int]] = []
+        self.releases = 0
+
+    async def lease_units(self, definition: str, holder: str, have: int, want: int, give_back: float) -> Lease:
+        sent = time.monotonic_ns()
+        lease = await super().lease_units(definition, holder, have, want, give_back)
+        self.leases.append((sent, time.monotonic_ns(), have, want, lease.units, lease.share, int(lease.fresh)))
+        return lease
+
+    async def release_units(self, definition: str, holder: str, give_back: float) -> None:
+        self.releases += 1
+        await super().release_units(definition, holder, give_back)
+
+
+def take_leased(spec: dict[str, Any], conn: Any) -> dict[str, Any]:
+    """spec["tasks"] tasks loop ``async with limiter`` over a leased store, from delay_ns after the
+    start instant to the end instant."""
+    return asyncio.run(run_leased_tasks(spec, conn))
+
+
+async def run_leased_tasks(spec: dict[str, Any], conn: Any) -> dict[str, Any]:
+    from aiotb import Limiter, RedisLeaseLimiter
+
+    store = LoggedLeaseStore(spec["url"], spec["key"], spec["lease"], spec["units"])
+    limiter = Limiter(spec["rate"], 1, burst=spec["burst"], store=store)
+    if not isinstance(limiter, RedisLeaseLimiter):
+        raise TypeError(f"a leased store made a {type(limiter).__name__}")
+    await store.redis.ping()  # connected before the start; the first lease call is the limiter's
+    start_ns = shared_workers.released(spec, conn)
+    end_ns = start_ns + spec["duration_ns"]
+    clock = time.monotonic_ns
+    uses: list[int] = []
+
+    async def take_forever() -> None:
+        while True:
+            async with limiter:
+                uses.append(clock())
+
+    await shared_workers.wait_until(start_ns + spec["delay_ns"])
+    first_call_ns = clock()
+    running = [asyncio.ensure_future(take_forever()) for _ in range(spec["tasks"])]
+    await asyncio.sleep(max(0, end_ns - clock()) / 1e9)
+    units_at_end = limiter.units
+    for task in running:
+        task.cancel()
+    for outcome in await asyncio.gather(*running, return_exceptions=True):
+        if not isinstance(outcome, asyncio.CancelledError):
+            raise RuntimeError("a task failed") from outcome
+    await limiter.aclose()
+    await store.redis.aclose()
+    return {"pid": os.getpid(), "start_ns": start_ns, "end_ns": end_ns, "first_call_ns": first_call_ns,
+            "use_at": uses, "leases": store.leases, "releases": store.releases, "units_at_end": units_at_end}
+
+
+async def entered(limiter: Any, count: int) -> tuple[float, int]:
+    """count sequential ``async with limiter: pass``: entries per second, and 0 refused."""
+    clock = time.perf_counter_ns
+    started = clock()
+    for _ in range(count):
+        async with limiter:
+            pass
+    return count * 1e9 / (clock() - started), 0
+
+
+async def time_leased(url: str, runs: int, calls: int, lease_calls: int, span: float, units: int) -> dict[str, Any]:
+    """Case 5a: ``async with`` and ``try_acquire()`` on ``Limiter(1e6, 1, burst=1e6)`` over a leased
+    store (a LoggedLeaseStore) and over the same store without lease=, each on its own client and
+    key; runs runs, the order rotated by one each run, of lease_calls calls on a leased limiter and
+    calls on the other. Every leased limiter gives its units back (aclose) before each run: no
+    keeper but the timed limiter's runs during a run, and each leased run starts with no units.
+    A row per call (medians), with each run's EVALSHA calls and its lease calls' answers."""
+    from redis.asyncio import Redis
+
+    from aiotb import Limiter, RedisLeaseLimiter
+
+    admin = Redis.from_url(url, client_name="bench-admin")
+    opened: list[Any] = [admin]
+
+    def limiter(name: str, leased: bool) -> Any:
+        redis = Redis.from_url(url, client_name=name)
+        opened.append(redis)
+        store = LoggedLeaseStore(redis, name, span, units) if leased else RedisStore(redis, name)
+        made = Limiter(1e6, 1, burst=1e6, store=store)
+        if not isinstance(made, RedisLeaseLimiter if leased else RedisLimiter):
+            raise TypeError(f"{name}: a {type(made).__name__}")
+        return made
+
+    def true(answer: Any) -> bool:
+        return answer is True
+
+    rows: list[tuple[str, str, bool, Callable[[Any, int], Awaitable[tuple[float, int]]]]] = [
+        ("lease_enter", f"`async with`, `RedisStore(client, key, lease={span:g}, units={units})`", True, entered),
+        ("one_enter", "`async with`, `RedisStore(client, key)` (one round trip a grant)", False, entered),
+        ("lease_try", f"`await try_acquire()`, `RedisStore(client, key, lease={span:g}, units={units})`", True,
+         lambda made, count: timed(made.try_acquire, true, count)),
+        ("one_try", "`await try_acquire()`, `RedisStore(client, key)` (one round trip a grant)", False,
+         lambda made, count: timed(made.try_acquire, true, count)),
+    ]
+    made = {key: limiter(f"bench-5a-{key}", leased) for key, _, leased, _ in rows}
+    leased = [made[key] for key, _, is_leased, _ in rows if is_leased]
+    for key, _, _, timing in rows:
+        await timing(made[key], WARMUP_CALLS)
+    figures = ("runs", "grants", "server_us", "exec_us", "evalsha", "refused")
+    measured: dict[str, dict[str, list[Any]]] = {key: {name: [] for name in figures + ("leases",)}
+                                                 for key, *_ in rows}
+    for run in range(runs):
+        shift = run % len(rows)
+        for key, _, is_leased, timing in rows[shift:] + rows[:shift]:
+            for each in leased:
+                await each.aclose()
+            count = lease_calls if is_leased else calls
+            logged = made[key].store.leases if is_leased else []
+            before = len(logged)
+            rate, refused, server = await on_server(admin, partial(timing, made[key], count), count)
+            m = measured[key]
+            m["runs"].append(rate)
+            m["grants"].append(rate * (count - refused) / count)
+            m["server_us"].append(server["server_us"])
+            m["exec_us"].append(server["exec_us"])
+            m["evalsha"].append(round(server["commands"] * count))  # EVALSHA's calls: every run makes one at least
+            m["refused"].append(refused)
+            m["leases"].append([list(lease) for lease in logged[before:]])
+        progress(f"case 5a, run {run + 1}/{runs}: " + ", ".join(f"{key} {m['runs'][-1]:,.0f}"
+                                                               for key, m in measured.items()))
+    for each in leased:
+        await each.aclose()
+    clients = await admin.client_list()
+    out = {}
+    for key, label, is_leased, _ in rows:
+        m = measured[key]
+        out[key] = {"label": label, "leased": is_leased, "calls": lease_calls if is_leased else calls,
+                    "runs": m["runs"], "median": median(m["runs"]), "grants_runs": m["grants"],
+                    "grants_median": median(m["grants"]), "server_us": median(m["server_us"]),
+                    "exec_us": median(m["exec_us"]), "evalsha_runs": m["evalsha"], "refused_runs": m["refused"],
+                    "refused": sum(m["refused"]), "leases_runs": m["leases"],
+                    "connections": sum(1 for entry in clients if entry.get("name") == f"bench-5a-{key}")}
+    for redis in opened:
+        await redis.aclose()
+    return {"runs": runs, "calls": calls, "lease_calls": lease_calls, "lease": span, "units": units,
+            "warmup": WARMUP_CALLS, "rows": out}
+
+
+def lease_throughput(spec: dict[str, Any], conn: Any) -> dict[str, Any]:
+    return asyncio.run(time_leased(spec["url"], spec["runs"], spec["calls"], spec["lease_calls"], spec["lease"],
+                                   spec["units"]))
+
+
 ROLES: dict[str, Callable[[dict[str, Any], Any], dict[str, Any]]] = {
     "round_trips": round_trips,
     "concurrent": concurrent,
     "tasks": take_in_tasks,
     "client": send_requests,
     "server": shared_workers.serve,
+    "lease_throughput": lease_throughput,
+    "lease_tasks": take_leased,
 }
