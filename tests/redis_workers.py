@@ -11,6 +11,7 @@ import asyncio
 import time
 from typing import Any
 
+import aiotb
 from aiotb import RedisStore
 from aiotb._redis_limiter import RedisLimiter
 from aiotb._store_redis import Reserved
@@ -54,5 +55,30 @@ def take_for(url: str, key: str, limiter_args: tuple[Any, ...], limiter_kwargs: 
         await asyncio.gather(*(task() for _ in range(tasks)))
         await limiter.store.redis.aclose()
         return limiter.counted, used
+
+    results.put(asyncio.run(main()))
+
+
+def lease_take_for(url: str, key: str, limiter_args: tuple[Any, ...], limiter_kwargs: dict[str, Any], tasks: int,
+                   span_ns: int, ready: Any, results: Any) -> None:
+    """As take_for, over a store leased for 0.3 s at a time; puts the CLOCK_MONOTONIC ns at which each task
+    resumed with a grant on results."""
+
+    async def main() -> list[int]:
+        limiter = aiotb.Limiter(*limiter_args, store=aiotb.RedisStore(url, key, lease=0.3), **limiter_kwargs)
+        await limiter.store.redis.ping()  # connected before the start
+        used: list[int] = []
+        ready.wait(READY_WAIT)
+        stop_ns = time.monotonic_ns() + span_ns
+
+        async def task() -> None:
+            while time.monotonic_ns() < stop_ns:
+                async with limiter:
+                    used.append(time.monotonic_ns())
+
+        await asyncio.gather(*(task() for _ in range(tasks)))
+        await limiter.aclose()
+        await limiter.store.redis.aclose()
+        return used
 
     results.put(asyncio.run(main()))

@@ -51,7 +51,7 @@ class RedisLeaseLimiter(Limiter):
     ``await limiter.aclose()`` gives its units back at once (else they come back as its lease ends)."""
 
     __slots__ = ("_store", "_definition", "_holder", "_units", "_fair_units", "_share_burst", "_valid_until", "_loop",
-                 "_keeper", "_news", "_asking", "_refused", "_demand_mark", "_renewed_at", "_credits", "_credited")
+                 "_keeper", "_news", "_asking", "_refused", "_demand_mark", "_renewed_at", "_renew_at", "_credits", "_credited")
 
     def __init__(self, max_rate: float | None = None, time_period: float | None = None, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
@@ -69,11 +69,12 @@ class RedisLeaseLimiter(Limiter):
         self._valid_until = -math.inf  # loop time: the units held are used only before it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._keeper: asyncio.Task[None] | None = None
-        self._news: asyncio.Future[StoreError | None] | None = None  # set when the units held change, or Redis failed
+        self._news: asyncio.Future[Exception | None] | None = None  # set when the units held change, or Redis failed
         self._asking: collections.Counter[float] = collections.Counter()  # amounts of the callers waiting now
         self._refused = 0.0  # tokens try_acquire refused
         self._demand_mark = 0.0  # tokens granted and refused at the last renewal
         self._renewed_at = 0.0  # loop time of the last renewal
+        self._renew_at = -math.inf  # loop time of the next: a caller that finds it past lets the keeper run first
         self._credits, self._credited = 0, 0.0  # how often, and how many tokens, units taken brought to the engine
         self._hold_units(0, empty=True)
 
@@ -91,8 +92,9 @@ class RedisLeaseLimiter(Limiter):
 
     async def __aenter__(self) -> None:
         loop = self._loop
-        if (loop is not None and not self._asking and loop.time() < self._valid_until and self._share_burst >= 1.0
-                and asyncio.events._get_running_loop() is loop and Limiter.try_acquire(self, 1.0)):
+        if (loop is not None and not self._asking and loop.time() < min(self._valid_until, self._renew_at)
+                and self._share_burst >= 1.0 and asyncio.events._get_running_loop() is loop
+                and Limiter.try_acquire(self, 1.0)):
             return
         await self._acquire(1.0, None)
 
@@ -108,6 +110,7 @@ class RedisLeaseLimiter(Limiter):
         or if others wait in this limiter's queue (fair)."""
         x = self._amount(amount)
         loop = self._check_loop()
+        await self._renewal_turn(loop)
         if not self._asking and loop.time() < self._valid_until and x <= self._share_burst:
             if Limiter.try_acquire(self, x):
                 return True
@@ -201,6 +204,7 @@ class RedisLeaseLimiter(Limiter):
         deadline = None if timeout is None else loop.time() + timeout
         self._asking[amount] += 1
         try:
+            await self._renewal_turn(loop)
             while True:
                 now = loop.time()
                 if now < self._valid_until and amount <= self._share_burst:
@@ -212,8 +216,9 @@ class RedisLeaseLimiter(Limiter):
                         return
                     continue  # granted once the lease had ended: not used
                 error = await self._lease_news(loop, deadline)
-                if error is not None and (self._store.on_error == "raise" or isinstance(error, StoreCorrupt)):
-                    raise error
+                if error is not None and (self._store.on_error == "raise" or not isinstance(error, StoreError)
+                                          or isinstance(error, StoreCorrupt)):
+                    raise error  # on_error stands in for a Redis that cannot answer, not for another definition
                 if error is not None:
                     if isinstance(self._store.on_error, Limiter):
                         await self._store.on_error.acquire(amount)
@@ -223,8 +228,15 @@ class RedisLeaseLimiter(Limiter):
             if not self._asking[amount]:
                 del self._asking[amount]
 
-    async def _lease_news(self, loop: asyncio.AbstractEventLoop, deadline: float | None) -> StoreError | None:
-        """Waits until the units held change (None) or Redis fails (its error); TimeoutError at deadline."""
+    async def _renewal_turn(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Lets the keeper run once its renewal is due: callers granted at once never suspend, and would
+        keep it from renewing."""
+        if loop.time() >= self._renew_at and self._units:
+            self._keep()
+            await asyncio.sleep(0)
+
+    async def _lease_news(self, loop: asyncio.AbstractEventLoop, deadline: float | None) -> Exception | None:
+        """Waits until the units held change (None) or the store fails (its error); TimeoutError at deadline."""
         self._keep()
         if self._news is None or self._news.done():
             self._news = loop.create_future()
@@ -234,7 +246,7 @@ class RedisLeaseLimiter(Limiter):
         async with asyncio.timeout_at(deadline):
             return await news
 
-    def _tell(self, error: StoreError | None) -> None:
+    def _tell(self, error: Exception | None) -> None:
         """Wakes the callers waiting for units."""
         if self._news is not None and not self._news.done():
             self._news.set_result(error)
@@ -255,26 +267,32 @@ class RedisLeaseLimiter(Limiter):
         assert loop is not None
         span = self._store.lease
         assert span is not None
-        while True:
-            want = self._want(loop.time())
-            if want == 0:
-                await self._release_idle()
-                return
+        want = self._want(loop.time())
+        while want:
             have = min(self._units, max(self._fair_units, self._least_units()))
             give_back = self._give_back(have) if have < self._units else 0.0
             sent = loop.time()
             try:
                 lease = await self._store.lease_units(self._definition, self._holder, have, want, give_back)
-            except StoreError as error:
+            except Exception as error:  # StoreError, or ValueError for another definition: the callers' to raise
                 self._tell(error)
-                await asyncio.sleep(span * STARVED_EVERY)
+                await self._sleep(span * STARVED_EVERY)
+                want = self._want(loop.time())
                 continue
             self._hold_lease(lease, sent, loop.time())
             self._tell(None)
             if max(lease.share, self._least_units()) < lease.units:
-                continue  # units to give back: at once
+                continue  # units to give back: at once, asking as before
             starved = self._asking and (lease.units < want or lease.units < self._least_units())
-            await asyncio.sleep(span * (STARVED_EVERY if starved else RENEW_EVERY))
+            await self._sleep(span * (STARVED_EVERY if starved else RENEW_EVERY))
+            want = self._want(loop.time())
+        await self._release_idle()
+
+    async def _sleep(self, delay: float) -> None:
+        """The keeper's wait until its next call."""
+        assert self._loop is not None
+        self._renew_at = self._loop.time() + delay
+        await asyncio.sleep(delay)
 
     async def _release_idle(self) -> None:
         """Gives the units back: the keeper's end, once the limiter is not used."""
@@ -335,6 +353,8 @@ class RedisLeaseLimiter(Limiter):
         self._demand_mark, self._renewed_at = demand, now
         if used == 0 and not self._asking:
             return 0
+        if self._units == 0:
+            return n  # a first lease: whatever the fair split gives; the next renewal sizes it to the demand
         unit_rate = min(1e9 / (r.ns_per_token * n) for r in self._rates)
         want = max(self._least_units(), math.ceil(used * HEADROOM / unit_rate))
         if self._asking and (self._units == 0 or used >= 0.9 * self._units * unit_rate):

@@ -290,7 +290,7 @@ class RedisStore:
             if len(words) < 2:
                 raise StoreCorrupt(f"{self!r}: the key {self.redis_key!r} is a hash that is not an aiotb limiter's")
             try:
-                theirs = describe(words[1].decode())
+                theirs = describe(b" ".join(words[1:]).decode())  # a definition may hold spaces
             except (ValueError, ArithmeticError) as error:
                 raise StoreCorrupt(f"{self!r}: the key {self.redis_key!r} is a hash that is not an aiotb "
                                    f"limiter's") from error

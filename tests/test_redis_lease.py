@@ -1,0 +1,507 @@
+"""``Limiter(..., store=RedisStore(..., lease=seconds))`` against a real redis-server: the script's split of the
+units (driven on the client's clock, exact), then limiters that hold units and grant from them on real loops:
+the bound over every holder together at the instants the tasks resumed, the fair split, units handed over with
+their tokens, a lease that lapses, Redis failing, pauses, timeouts and bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import signal
+import time
+from types import SimpleNamespace
+from typing import Any, Awaitable, Callable, TypeVar
+
+import aiotb
+import pytest
+import redis.asyncio
+from aiotb import _store_redis
+from redis_workers import lease_take_for
+from spawned import excess, run_workers
+
+T = TypeVar("T")
+Run = Callable[[Awaitable[T]], T]
+KEY = "leased"
+START_US = 1_700_000_000_000_000
+WITHIN = 5.0  # s: the most any single wait here may take before the test fails instead of hanging
+
+
+def leased(lib: Any, url: str, *args: Any, key: str = KEY, lease: float = 0.3, units: int = 16,
+           on_error: Any = "raise", **kwargs: Any) -> Any:
+    """A Limiter of lib (an engine's namespace, or the aiotb package) over a leased RedisStore of url."""
+    package = getattr(lib, "package", lib)
+    store = package.RedisStore(url, key, lease=lease, units=units, on_error=on_error)
+    return package.Limiter(*args, store=store, **kwargs)
+
+
+async def closed(*limiters: Any) -> None:
+    """Gives every limiter's units back and closes its client."""
+    for limiter in limiters:
+        await limiter.aclose()
+        await limiter.store.redis.aclose()
+
+
+class Clock:
+    """The client's clock the store reads (``time.time_ns``), at whole microseconds the test sets."""
+
+    def __init__(self, us: int) -> None:
+        self.us = us
+
+    def time_ns(self) -> int:
+        return self.us * 1000
+
+
+# ---- the script: the split of the units, on the client's clock ----
+
+@pytest.fixture
+def script(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> SimpleNamespace:
+    """A leased store over 8 units of 100/s burst 8 (a unit: 12.5/s, burst 1) for 1 s, on the test's clock."""
+    clock = Clock(START_US)
+    monkeypatch.setattr(_store_redis, "time", clock)
+    store = aiotb.RedisStore(redis_url, KEY, lease=1.0, units=8)
+    store._client_clock = True
+    definition = _store_redis.lease_definition(8, 1.0, [(1e7, 8.0, 8.0)])
+    return SimpleNamespace(store=store, clock=clock, definition=definition)
+
+
+def test_units_are_split_max_min_fairly_over_the_wants(run: Run[None], script: SimpleNamespace) -> None:
+    async def main() -> None:
+        s, d = script.store, script.definition
+        a = await s.lease_units(d, "a", 0, 8, 0.0)
+        assert (a.units, a.share, a.fresh, a.tokens) == (8, 8, True, 8.0)  # a new key: every unit full
+        b = await s.lease_units(d, "b", 0, 8, 0.0)
+        assert (b.units, b.share) == (0, 4)  # its share is half, but a holds every unit until it gives them back
+        a = await s.lease_units(d, "a", 8, 8, 0.0)
+        assert (a.units, a.share, a.fresh) == (8, 4, False)
+        a = await s.lease_units(d, "a", 4, 8, 0.5)  # gives 4 back, each holding half its burst
+        assert (a.units, a.share) == (4, 4)
+        b = await s.lease_units(d, "b", 0, 8, 0.0)
+        assert (b.units, b.share, b.fresh, b.tokens) == (4, 4, False, 2.0)
+        c = await s.lease_units(d, "c", 0, 1, 0.0)  # wants one: gets it when one is free, the others split the rest
+        assert (c.units, c.share) == (0, 1)
+        a = await s.lease_units(d, "a", 4, 8, 0.0)
+        assert (a.units, a.share) == (4, 3)
+        await s.redis.aclose()
+
+    run(main())
+
+
+def test_free_units_refill_and_the_fullest_go_first(run: Run[None], script: SimpleNamespace) -> None:
+    async def main() -> None:
+        s, d, clock = script.store, script.definition, script.clock
+        await s.lease_units(d, "a", 0, 8, 0.0)
+        a = await s.lease_units(d, "a", 8, 2, 0.0)
+        assert (a.units, a.share) == (8, 2)  # told to keep 2: it gives the rest back at its next call
+        await s.lease_units(d, "a", 2, 2, 0.0)  # 6 back, empty, at START
+        clock.us += 40_000  # 40 ms: each free unit refilled 0.5 token (12.5/s)
+        a = await s.lease_units(d, "a", 0, 0, 0.0)  # the last 2 back, empty: a holds nothing and wants nothing
+        assert (a.units, a.share) == (0, 0)
+        assert b"a," not in await s.redis.hget(s.redis_key, "H")
+        clock.us += 40_000
+        b = await s.lease_units(d, "b", 0, 7, 0.0)
+        assert b.units == 7
+        assert b.tokens == pytest.approx(6 * 1.0 + 0.5)  # the six that refilled 80 ms (1 token, the burst), then one
+        await s.redis.aclose()
+
+    run(main())
+
+
+def test_a_lease_not_renewed_gives_its_units_back_empty_at_its_end(run: Run[None], script: SimpleNamespace) -> None:
+    async def main() -> None:
+        s, d, clock = script.store, script.definition, script.clock
+        await s.lease_units(d, "a", 0, 8, 0.0)
+        clock.us += 999_999
+        b = await s.lease_units(d, "b", 0, 8, 0.0)
+        assert b.units == 0  # a's lease ends 1 s after its call: not yet
+        clock.us += 1 + 40_000  # 40 ms after a's end
+        b = await s.lease_units(d, "b", 0, 8, 0.0)
+        assert (b.units, b.tokens) == (8, pytest.approx(8 * 0.5))  # empty at a's end, refilled 40 ms since
+        a = await s.lease_units(d, "a", 8, 8, 0.0)
+        assert (a.units, a.fresh) == (0, True)  # a learns its lease ended
+        await s.redis.aclose()
+
+    run(main())
+
+
+def test_release_gives_every_unit_back_with_its_tokens(run: Run[None], script: SimpleNamespace) -> None:
+    async def main() -> None:
+        s, d = script.store, script.definition
+        await s.lease_units(d, "a", 0, 8, 0.0)
+        await s.release_units(d, "a", 0.25)
+        b = await s.lease_units(d, "b", 0, 8, 0.0)
+        assert (b.units, b.tokens) == (8, 8 * 0.25)
+        await s.redis.aclose()
+
+    run(main())
+
+
+def test_a_pause_reaches_every_holder_as_it_renews(run: Run[None], script: SimpleNamespace) -> None:
+    async def main() -> None:
+        s, d, clock = script.store, script.definition, script.clock
+        await s.lease_units(d, "a", 0, 8, 0.0)
+        assert await s.pause(d, 300_000_000) == 300_000_000
+        clock.us += 100_000
+        a = await s.lease_units(d, "a", 8, 8, 0.0)
+        assert a.pause_ns == 200_000_000
+        await s.redis.aclose()
+
+    run(main())
+
+
+def test_the_key_expires_once_no_unit_is_held_and_all_are_full(run: Run[None], script: SimpleNamespace) -> None:
+    async def main() -> None:
+        s, d = script.store, script.definition
+        await s.lease_units(d, "a", 0, 8, 0.0)
+        ttl = await s.redis.pttl(s.redis_key)
+        assert 999 <= ttl <= 1002  # the lease's end
+        await s.release_units(d, "a", 0.0)  # empty units: each full again 1 token / 12.5 per s = 80 ms after
+        ttl = await s.redis.pttl(s.redis_key)
+        assert 79 <= ttl <= 82
+        await s.redis.aclose()
+
+    run(main())
+
+
+# ---- limiters over a leased store ----
+
+def test_a_leased_store_makes_a_lease_limiter(lib: SimpleNamespace, redis_url: str) -> None:
+    limiter = leased(lib, redis_url, 10, 1, burst=4)
+    assert isinstance(limiter, lib.package.RedisLeaseLimiter) and isinstance(limiter, lib.Limiter)
+    assert (limiter.max_rate, limiter.burst, limiter.units, limiter.tokens) == (10, 4, 0, 0)
+    assert (limiter.store.lease, limiter.store.units) == (0.3, 16)
+    assert "lease=0.3, units=16" in repr(limiter.store) and "units=0" in repr(limiter)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"lease": 0.01}, ValueError, "lease must be from 0.05 to 3600 seconds, got 0.01"),
+    ({"lease": math.nan}, ValueError, "lease must be from"),
+    ({"lease": "1"}, TypeError, "lease must be a real number, got '1'"),
+    ({"lease": 1, "units": 0}, ValueError, "units must be from 1 to 1024, got 0"),
+    ({"lease": 1, "units": 2.0}, TypeError, "units must be an int, got 2.0"),
+    ({"lease": 1, "units": True}, TypeError, "units must be an int, got True"),
+])
+def test_bad_lease_parameters_are_refused(redis_url: str, kwargs: dict[str, Any], error: type[Exception],
+                                          match: str) -> None:
+    with pytest.raises(error, match=match):
+        aiotb.RedisStore(redis_url, KEY, **kwargs)
+
+
+def test_only_limiter_takes_a_leased_store(redis_url: str) -> None:
+    store = aiotb.RedisStore(redis_url, KEY, lease=1)
+    with pytest.raises(TypeError, match="WindowLimiter takes no leased RedisStore"):
+        aiotb.WindowLimiter(10, 1, store=store)
+    with pytest.raises(TypeError, match="Limiter and WindowLimiter themselves"):
+        aiotb.AsyncLimiter(10, 1, store=store)
+    with pytest.raises(TypeError, match="KeyedLimiter takes no leased RedisStore"):
+        aiotb.KeyedLimiter(10, 1, store=store)["user"]
+    with pytest.raises(TypeError, match="store must be a RedisStore with lease="):
+        aiotb.RedisLeaseLimiter(10, 1, store=aiotb.RedisStore(redis_url, KEY))
+
+
+def test_what_a_leased_limiter_cannot_do_is_refused(redis_url: str) -> None:
+    limiter = leased(aiotb, redis_url, 10, 1)
+    for call, match in [(lambda: limiter.set_rate(5), "keeps the rates the key was made with"),
+                        (lambda: limiter.pause_until(1.0), "penalize"), (lambda: limiter.reserve(), "reservations"),
+                        (lambda: limiter.acquire_blocking(), "event loop"), (lambda: limiter.__enter__(), "event loop")]:
+        with pytest.raises(TypeError, match=match):
+            call()
+
+
+def test_bad_amounts_and_timeouts_are_refused_and_take_nothing(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        limiter = leased(aiotb, redis_url, 10, 1, burst=4)
+        for amount, error in [(0, ValueError), (-1, ValueError), (math.nan, ValueError), (4.5, ValueError),
+                              ("1", TypeError), (True, TypeError)]:
+            with pytest.raises(error, match="amount"):
+                await limiter.acquire(amount)
+            with pytest.raises(error, match="amount"):
+                await limiter.try_acquire(amount)
+        with pytest.raises(ValueError, match="timeout must be finite and >= 0, got -1"):
+            await limiter.acquire(1, timeout=-1)
+        assert limiter.units == 0 and limiter.stats().granted == 0 and not await limiter.store.redis.exists(
+            limiter.store.redis_key)
+        await closed(limiter)
+
+    run(main())
+
+
+def test_clients_must_agree_on_the_lease(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        plain = aiotb.Limiter(10, 1, store=aiotb.RedisStore(redis_url, KEY))
+        await plain.acquire()
+        lease = leased(aiotb, redis_url, 10, 1)
+        with pytest.raises(ValueError, match=r"holds a limiter of rates \[10/s burst 10 initial 10\], not rates "
+                                             r"\[10/s burst 10 initial 10\] leased in 16 units for 0.3 s"):
+            await lease.acquire()
+        other = leased(aiotb, redis_url, 10, 1, key="other")
+        await other.acquire()
+        plain_other = aiotb.Limiter(10, 1, store=aiotb.RedisStore(redis_url, "other"))
+        with pytest.raises(ValueError, match=r"leased in 16 units for 0.3 s, not rates"):
+            await plain_other.acquire()
+        await closed(lease, other)
+        await plain.store.redis.aclose()
+        await plain_other.store.redis.aclose()
+
+    run(main())
+
+
+def test_a_lone_limiter_takes_every_unit_and_its_burst_at_once(lib: SimpleNamespace, run: Run[None],
+                                                              redis_url: str) -> None:
+    async def main() -> None:
+        limiter = leased(lib, redis_url, 10, 1, burst=5)
+        start = time.monotonic()
+        for _ in range(5):
+            await limiter.acquire()
+        assert time.monotonic() - start < 1.0  # the burst, with one round trip, not 0.4 s of refill
+        assert limiter.units == 16 and limiter.stats().granted == 5 and limiter.stats().granted_tokens == 5
+        assert not await limiter.try_acquire()
+        assert limiter.tokens < 1
+        await closed(limiter)
+
+    run(main())
+
+
+def test_the_bound_holds_over_every_holder_as_units_move(run: Run[None], redis_url: str) -> None:
+    """Four limiters on one key, coming and going, with tasks that take a token each as fast as they may: at the
+    instants the tasks resume, at most burst + rate * t in any interval, and the rate is used."""
+    rate, burst = 200.0, 10.0
+
+    async def main() -> list[int]:
+        limiters = [leased(aiotb, redis_url, rate, 1, burst=burst, lease=0.3) for _ in range(4)]
+        used: list[int] = []
+        start = time.monotonic()
+
+        async def take(limiter: Any, begin: float, end: float, tasks: int) -> None:
+            await asyncio.sleep(begin)
+
+            async def task() -> None:
+                while time.monotonic() - start < end:
+                    async with limiter:
+                        used.append(time.monotonic_ns())
+
+            await asyncio.gather(*(task() for _ in range(tasks)))
+            if end < 2.4:
+                await limiter.aclose()  # gives its units back, with their tokens
+
+        await asyncio.gather(take(limiters[0], 0.0, 2.5, 5), take(limiters[1], 0.0, 1.0, 3),
+                             take(limiters[2], 0.5, 2.5, 1), take(limiters[3], 1.2, 2.0, 8))
+        await closed(*limiters)
+        return used
+
+    used = run(main())
+    assert excess(used, 1e9 / rate, burst) <= 1e-6
+    span = (max(used) - min(used)) / 1e9
+    assert len(used) >= 0.8 * (burst + rate * span)  # the rate is used: units move to who asks for them
+
+
+def test_two_busy_holders_end_up_with_half_the_units_each(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        a, b = (leased(aiotb, redis_url, 400, 1, burst=8, lease=0.3) for _ in range(2))
+        stop = time.monotonic() + 1.5
+        granted = {id(a): 0, id(b): 0}
+
+        async def busy(limiter: Any) -> None:
+            async def task() -> None:
+                while time.monotonic() < stop:
+                    async with limiter:
+                        granted[id(limiter)] += 1
+
+            await asyncio.gather(*(task() for _ in range(4)))
+
+        async def late_b() -> None:
+            await asyncio.sleep(0.3)
+            await busy(b)
+
+        await asyncio.gather(busy(a), late_b())
+        assert (a.units, b.units) == (8, 8)
+        assert granted[id(b)] > 0.25 * granted[id(a)]
+        await closed(a, b)
+
+    run(main())
+
+
+def test_a_newcomer_gets_units_within_a_renewal_of_the_holder(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        a, b = (leased(aiotb, redis_url, 400, 1, burst=8, lease=0.3) for _ in range(2))
+        stop = time.monotonic() + 1.0
+
+        async def busy() -> None:
+            while time.monotonic() < stop:
+                async with a:
+                    pass
+
+        hog = asyncio.ensure_future(asyncio.gather(*(busy() for _ in range(4))))
+        await asyncio.sleep(0.2)
+        assert a.units == 16
+        asked = time.monotonic()
+        await asyncio.wait_for(b.acquire(), WITHIN)
+        waited = time.monotonic() - asked
+        assert waited < 0.3 / 3 + 0.3 / 10 + 0.2  # a renews within a third of the span and gives back; b asks again
+        await hog
+        await closed(a, b)
+
+    run(main())
+
+
+def test_units_given_back_carry_their_tokens(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        a = leased(aiotb, redis_url, 10, 1, burst=6, lease=0.3)
+        await a.acquire()
+        await a.aclose()  # 5 tokens left, given back
+        b = leased(aiotb, redis_url, 10, 1, burst=6, lease=0.3)
+        start = time.monotonic()
+        await b.acquire(5)
+        assert time.monotonic() - start < 0.3  # at once: the 5 came with the units, not 0.5 s of refill
+        assert not await b.try_acquire()
+        await closed(a, b)
+
+    run(main())
+
+
+def test_a_lease_not_renewed_is_not_used_after_its_end(run: Run[None], redis_url: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A holder that cannot renew grants nothing past its lease's end; its waiters get StoreUnavailable."""
+    async def main() -> None:
+        limiter = leased(aiotb, redis_url, 100, 1, burst=5, lease=0.3)
+        await limiter.acquire()
+        renewed_until = limiter._valid_until
+
+        async def down(*args: Any) -> Any:
+            raise aiotb.StoreUnavailable("down")
+
+        monkeypatch.setattr(aiotb.RedisStore, "lease_units", down)
+        used: list[float] = []
+        with pytest.raises(aiotb.StoreUnavailable, match="down"):
+            async with asyncio.timeout(WITHIN):
+                while True:
+                    await limiter.acquire()
+                    used.append(asyncio.get_running_loop().time())
+        assert used and max(used) < renewed_until
+        assert asyncio.get_running_loop().time() >= renewed_until
+        assert not await limiter.try_acquire() and limiter.tokens == 0
+        monkeypatch.undo()
+        await closed(limiter)
+
+    run(main())
+
+
+def test_on_error_allow_or_a_fallback_stands_in_without_a_lease(run: Run[None], redis_url: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    async def main() -> None:
+        fallback = aiotb.Limiter(1, 1, burst=1)
+        allowing = leased(aiotb, redis_url, 10, 1, on_error="allow")
+        falling = leased(aiotb, redis_url, 10, 1, on_error=fallback, key="other")
+
+        async def down(*args: Any) -> Any:
+            raise aiotb.StoreUnavailable("down")
+
+        for limiter in (allowing, falling):
+            monkeypatch.setattr(aiotb.RedisStore, "lease_units", down)
+            await asyncio.wait_for(limiter.acquire(), WITHIN)
+            assert limiter.units == 0
+        assert fallback.tokens < 1  # the fallback's token was taken
+        monkeypatch.undo()
+        await closed(allowing, falling)
+
+    run(main())
+
+
+def test_a_timeout_without_units_fails_at_its_deadline_and_takes_nothing(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        a, b = (leased(aiotb, redis_url, 400, 1, burst=8, lease=1.0) for _ in range(2))
+        stop = time.monotonic() + 0.5
+
+        async def busy() -> None:
+            while time.monotonic() < stop:
+                async with a:
+                    pass
+
+        hog = asyncio.ensure_future(asyncio.gather(*(busy() for _ in range(4))))
+        await asyncio.sleep(0.05)
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await b.acquire(1, timeout=0.05)
+        assert 0.05 <= time.monotonic() - start < 0.05 + 0.25
+        assert b.stats().granted == 0 and b.waiting == 0
+        await hog
+        await closed(a, b)
+
+    run(main())
+
+
+def test_a_cancelled_waiter_leaves_nothing_behind(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        limiter = leased(aiotb, redis_url, 2, 1, burst=1)
+        await limiter.acquire()
+        waiter = asyncio.ensure_future(limiter.acquire())
+        await asyncio.sleep(0.05)
+        assert limiter.waiting == 1
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert limiter.waiting == 0 and limiter.stats().granted == 1
+        await closed(limiter)
+
+    run(main())
+
+
+def test_penalize_pauses_here_at_once_and_other_holders_as_they_renew(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        a, b = (leased(aiotb, redis_url, 100, 1, burst=10, lease=0.3) for _ in range(2))
+        await a.acquire()
+        await b.acquire()
+        loop = asyncio.get_running_loop()
+        stop = loop.time() + 1.2
+        granted: dict[int, list[float]] = {id(a): [], id(b): []}
+
+        async def take(limiter: Any) -> None:
+            while loop.time() < stop:
+                async with limiter:
+                    granted[id(limiter)].append(loop.time())
+
+        takers = asyncio.ensure_future(asyncio.gather(take(a), take(b)))
+        await asyncio.sleep(0.2)
+        paused_at = loop.time()
+        await a.penalize(0.6)
+        await takers
+        assert not [t for t in granted[id(a)] if paused_at < t < paused_at + 0.6]
+        seen_by = paused_at + 0.3 / 3 + 0.05  # b renews within a third of the span
+        assert not [t for t in granted[id(b)] if seen_by < t < paused_at + 0.6]
+        assert [t for t in granted[id(b)] if t > paused_at + 0.6]  # and goes on after it
+        await closed(a, b)
+
+    run(main())
+
+
+def test_a_lease_holder_on_a_second_loop_starts_afresh(lib: SimpleNamespace, redis_url: str) -> None:
+    limiter = leased(lib, redis_url, 10, 1, burst=2)
+
+    async def take() -> int:
+        await limiter.acquire()
+        await limiter.store.redis.connection_pool.disconnect()  # its connections are this loop's
+        return int(limiter.units)
+
+    assert asyncio.run(take()) == 16
+    assert asyncio.run(take()) == 16  # the first loop's keeper is gone with it; the lease is taken again
+    asyncio.run(closed(limiter))
+
+
+def test_the_bound_holds_over_processes_holding_leases_one_stopped(redis_url: str) -> None:
+    """Three processes on one key, one of them stopped for 150 ms and then for 500 ms (longer than its lease, so
+    that its units go to the others meanwhile): at the instants the tasks resumed (CLOCK_MONOTONIC, one clock
+    for every process), at most burst + rate * t in any interval."""
+    rate, burst, span_ns = 300.0, 10.0, 2_500_000_000
+
+    def during(processes: list[Any]) -> None:
+        time.sleep(0.6)
+        for pause in (0.15, 0.5):
+            os.kill(processes[0].pid, signal.SIGSTOP)
+            time.sleep(pause)
+            os.kill(processes[0].pid, signal.SIGCONT)
+            time.sleep(0.3)
+
+    logs = run_workers(lease_take_for, [(redis_url, KEY, (rate, 1), {"burst": burst}, 20, span_ns)] * 3, during)
+    used = [t for log in logs for t in log]
+    assert excess(used, 1e9 / rate, burst) <= 1e-6
+    assert all(logs) and len(used) >= 0.7 * (burst + rate * span_ns / 1e9)
