@@ -154,7 +154,7 @@ def test_the_key_expires_once_no_unit_is_held_and_all_are_full(run: Run[None], s
         s, d = script.store, script.definition
         await s.lease_units(d, "a", 0, 8, 0.0)
         ttl = await s.redis.pttl(s.redis_key)
-        assert 999 <= ttl <= 1002  # the lease's end
+        assert 1079 <= ttl <= 1082  # the lease's end, and the units' refill from empty then (80 ms)
         await s.release_units(d, "a", 0.0)  # empty units: each full again 1 token / 12.5 per s = 80 ms after
         ttl = await s.redis.pttl(s.redis_key)
         assert 79 <= ttl <= 82
@@ -384,6 +384,55 @@ def test_a_lease_not_renewed_is_not_used_after_its_end(run: Run[None], redis_url
         await closed(limiter)
 
     run(main())
+
+
+class Unreachable(aiotb.RedisStore):
+    """A leased store whose lease calls fail while ``down`` is set."""
+
+    down = False
+
+    async def lease_units(self, *args: Any) -> Any:
+        if self.down:
+            raise aiotb.StoreUnavailable("down")
+        return await super().lease_units(*args)
+
+
+def test_tokens_refilled_while_a_lease_had_lapsed_are_not_used(run: Run[None], redis_url: str) -> None:
+    """A spends its burst and then cannot renew: its lease ends, B takes its units and spends them, and leaves.
+    A's engine refilled meanwhile, but those tokens were B's to spend: when A leases again it starts from what
+    the units bring, and the bound holds over both."""
+    rate, burst = 20.0, 10.0
+
+    async def main() -> list[int]:
+        store = Unreachable(redis_url, KEY, lease=0.3)
+        a = aiotb.Limiter(rate, 1, burst=burst, store=store)
+        b = leased(aiotb, redis_url, rate, 1, burst=burst, lease=0.3)
+        used: list[int] = []
+        await a.acquire(burst)
+        used += [time.monotonic_ns()] * int(burst)
+        store.down = True
+        start = time.monotonic()
+
+        async def take(limiter: Any, end: float) -> None:
+            while time.monotonic() - start < end:
+                try:
+                    async with limiter:
+                        used.append(time.monotonic_ns())
+                except aiotb.StoreUnavailable:
+                    await asyncio.sleep(0.01)
+
+        async def b_comes_and_goes() -> None:
+            await asyncio.sleep(0.35)  # after a's lease ended
+            await asyncio.gather(*(take(b, 1.1) for _ in range(3)))
+            await b.aclose()
+            store.down = False
+
+        await asyncio.gather(b_comes_and_goes(), *(take(a, 1.6) for _ in range(3)))
+        await closed(a, b)
+        return used
+
+    used = run(main())
+    assert excess(used, 1e9 / rate, burst) <= 1e-6
 
 
 def test_on_error_allow_or_a_fallback_stands_in_without_a_lease(run: Run[None], redis_url: str,

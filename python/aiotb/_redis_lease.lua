@@ -96,15 +96,15 @@ local function give_back(count, g)  -- count units back to the free ones, holdin
     end
 end
 
-local function stored()  -- writes holders, free units and pause; the key expires once no one holds a unit,
-    local hs, fs, last = {}, {}, now  -- every unit is full again and the pause is over
-    for id, x in pairs(holders) do
-        hs[#hs + 1] = string.format('%s,%d,%d,' .. INT, id, x.units, x.want, x.ends)
-        last = math.max(last, x.ends)
-    end
-    local refill = 0
+local function stored()  -- writes holders, free units and pause; the key expires once every unit is full again
+    local hs, fs, last = {}, {}, now  -- (a held one counted from its lease's end, as if spent then) and the pause
+    local refill = 0                  -- is over
     for _, r in ipairs(rates) do
         refill = math.max(refill, math.ceil(r.b * r.t / 1000))
+    end
+    for id, x in pairs(holders) do
+        hs[#hs + 1] = string.format('%s,%d,%d,' .. INT, id, x.units, x.want, x.ends)
+        last = math.max(last, x.ends + refill)
     end
     for _, u in ipairs(free) do
         fs[#fs + 1] = string.format(INT .. ',%.17g', u.since, u.g)
