@@ -15,7 +15,6 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import aiotb
 import pytest
-import redis.asyncio
 from aiotb import _store_redis
 from redis_workers import lease_take_for
 from spawned import excess, run_workers
