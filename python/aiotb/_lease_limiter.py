@@ -391,8 +391,9 @@ class RedisLeaseLimiter(Limiter):
         """The running loop, the one this limiter serves; RuntimeError on another."""
         loop = asyncio.get_running_loop()
         if self._loop is None or self._loop.is_closed():
-            if self._loop is not None:  # its lease lapsed with its loop: its units are not this loop's
-                self._keeper, self._valid_until = None, -math.inf
+            if self._loop is not None:  # its lease lapsed with its loop: its units and callers are not this loop's
+                self._keeper, self._news, self._valid_until = None, None, -math.inf
+                self._asking.clear()
                 self._hold_units(0, empty=True)
             self._loop = loop
         elif loop is not self._loop:
