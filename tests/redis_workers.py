@@ -35,24 +35,30 @@ def logged(url: str, key: str, *args: Any, **kwargs: Any) -> LoggedLimiter:
     return limiter
 
 
+async def used_for(limiter: Any, tasks: int, span_ns: int, ready: Any) -> list[int]:
+    """Once every worker is ready (the barrier ready), tasks tasks take one token at a time from limiter for
+    span_ns: the CLOCK_MONOTONIC ns as each task resumed with a grant."""
+    used: list[int] = []
+    ready.wait(READY_WAIT)
+    stop_ns = time.monotonic_ns() + span_ns
+
+    async def task() -> None:
+        while time.monotonic_ns() < stop_ns:
+            async with limiter:
+                used.append(time.monotonic_ns())
+
+    await asyncio.gather(*(task() for _ in range(tasks)))
+    return used
+
+
 def take_for(url: str, key: str, limiter_args: tuple[Any, ...], limiter_kwargs: dict[str, Any], tasks: int,
              span_ns: int, ready: Any, results: Any) -> None:
-    """Once every worker is ready (the barrier ready), tasks tasks take one token at a time for span_ns;
-    puts (counted, used) on results: the server's instants, and CLOCK_MONOTONIC ns as each task resumed."""
+    """used_for over a RedisStore; puts (counted, used) on results: the server's instants, and the instants used."""
 
     async def main() -> tuple[list[int], list[int]]:
         limiter = logged(url, key, *limiter_args, **limiter_kwargs)
         await limiter.read_tokens()  # connected, and the key made, before the start
-        used: list[int] = []
-        ready.wait(READY_WAIT)
-        stop_ns = time.monotonic_ns() + span_ns
-
-        async def task() -> None:
-            while time.monotonic_ns() < stop_ns:
-                async with limiter:
-                    used.append(time.monotonic_ns())
-
-        await asyncio.gather(*(task() for _ in range(tasks)))
+        used = await used_for(limiter, tasks, span_ns, ready)
         await limiter.store.redis.aclose()
         return limiter.counted, used
 
@@ -61,22 +67,12 @@ def take_for(url: str, key: str, limiter_args: tuple[Any, ...], limiter_kwargs: 
 
 def lease_take_for(url: str, key: str, limiter_args: tuple[Any, ...], limiter_kwargs: dict[str, Any], tasks: int,
                    span_ns: int, ready: Any, results: Any) -> None:
-    """As take_for, over a store leased for 0.3 s at a time; puts the CLOCK_MONOTONIC ns at which each task
-    resumed with a grant on results."""
+    """used_for over a store leased for 0.3 s at a time; puts the instants used on results."""
 
     async def main() -> list[int]:
         limiter = aiotb.Limiter(*limiter_args, store=aiotb.RedisStore(url, key, lease=0.3), **limiter_kwargs)
         await limiter.store.redis.ping()  # connected before the start
-        used: list[int] = []
-        ready.wait(READY_WAIT)
-        stop_ns = time.monotonic_ns() + span_ns
-
-        async def task() -> None:
-            while time.monotonic_ns() < stop_ns:
-                async with limiter:
-                    used.append(time.monotonic_ns())
-
-        await asyncio.gather(*(task() for _ in range(tasks)))
+        used = await used_for(limiter, tasks, span_ns, ready)
         await limiter.aclose()
         await limiter.store.redis.aclose()
         return used

@@ -35,6 +35,7 @@ from typing import Any, Coroutine, Sequence
 from . import _params
 from ._limiter import Limiter
 from ._store import StoreCorrupt, StoreError
+from ._redis_limiter import OnItsLoop
 from ._store_redis import MAX_PAUSE_NS, Lease, RedisStore, lease_definition
 
 RENEW_EVERY = 1 / 3  # of a span: how often a holder renews its lease
@@ -44,7 +45,7 @@ HEADROOM = 1.25  # the units a holder asks for: its demand, and this much more
 _EMPTY = 2.0 ** -40  # of a burst: an engine's rate is set to a burst this small, and back, to empty it
 
 
-class RedisLeaseLimiter(Limiter):
+class RedisLeaseLimiter(OnItsLoop, Limiter):
     """``Limiter(..., store=RedisStore(redis, key, lease=seconds))``: see the module's doc. Its
     methods that may talk to Redis are coroutines, as ``RedisLimiter``'s: ``await
     limiter.try_acquire()``, ``has_capacity``, ``read_tokens``, ``penalize``, ``retry_after``;
@@ -175,21 +176,6 @@ class RedisLeaseLimiter(Limiter):
                  burst: float | None = None, index: int = 0) -> None:
         """Not here: the rates are the key's, split among its holders."""
         raise TypeError("a limiter over a leased RedisStore keeps the rates the key was made with")
-
-    def pause_until(self, when: float) -> None:
-        """Not here: loop times mean nothing to other hosts; ``await limiter.penalize(seconds)``."""
-        raise TypeError("a limiter over a RedisStore pauses by the server's clock: await limiter.penalize(seconds)")
-
-    def acquire_blocking(self, amount: float = 1, timeout: float | None = None) -> None:
-        """Not here: a limiter over a RedisStore waits on its event loop only."""
-        raise TypeError("a limiter over a RedisStore waits on its event loop: await limiter.acquire()")
-
-    def __enter__(self) -> None:
-        raise TypeError("a limiter over a RedisStore waits on its event loop: use `async with limiter:`")
-
-    def reserve(self, amount: float = 1) -> Any:
-        """Not over a RedisStore: ``acquire`` with a ``timeout`` bounds a wait."""
-        raise TypeError("a limiter over a RedisStore has no reservations; use acquire(amount, timeout=...)")
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "

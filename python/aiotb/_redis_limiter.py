@@ -76,7 +76,28 @@ class _Slot:
         self.hold = hold
 
 
-class RedisLimiter(Limiter):
+class OnItsLoop:
+    """What a limiter over a RedisStore refuses: loop times, threads' blocking calls, reservations."""
+
+    __slots__ = ()
+
+    def pause_until(self, when: float) -> None:
+        """Not here: loop times mean nothing to other hosts; ``await limiter.penalize(seconds)``."""
+        raise TypeError("a limiter over a RedisStore pauses by the server's clock: await limiter.penalize(seconds)")
+
+    def acquire_blocking(self, amount: float = 1, timeout: float | None = None) -> None:
+        """Not here: a limiter over a RedisStore waits on its event loop only."""
+        raise TypeError("a limiter over a RedisStore waits on its event loop: await limiter.acquire()")
+
+    def __enter__(self) -> None:
+        raise TypeError("a limiter over a RedisStore waits on its event loop: use `async with limiter:`")
+
+    def reserve(self, amount: float = 1) -> Any:
+        """Not over a RedisStore: ``acquire`` with a ``timeout`` bounds a wait."""
+        raise TypeError("a limiter over a RedisStore has no reservations; use acquire(amount, timeout=...)")
+
+
+class RedisLimiter(OnItsLoop, Limiter):
     """``Limiter(..., store=RedisStore(redis, key))``: see the module's doc. Made directly, its type
     shows the methods that talk to Redis as the coroutines they are here: ``await
     limiter.try_acquire()``, ``has_capacity``, ``read_tokens``, ``set_rate``, ``penalize``,
@@ -204,21 +225,6 @@ class RedisLimiter(Limiter):
         span = _params.retry_after(value, datetime.datetime.now(datetime.timezone.utc))
         await self.penalize(span)
         return span
-
-    def pause_until(self, when: float) -> None:
-        """Not here: loop times mean nothing to other hosts; ``await limiter.penalize(seconds)``."""
-        raise TypeError("a limiter over a RedisStore pauses by the server's clock: await limiter.penalize(seconds)")
-
-    def acquire_blocking(self, amount: float = 1, timeout: float | None = None) -> None:
-        """Not here: a limiter over a RedisStore waits on its event loop only."""
-        raise TypeError("a limiter over a RedisStore waits on its event loop: await limiter.acquire()")
-
-    def __enter__(self) -> None:
-        raise TypeError("a limiter over a RedisStore waits on its event loop: use `async with limiter:`")
-
-    def reserve(self, amount: float = 1) -> Any:
-        """Not over a RedisStore: ``acquire`` with a ``timeout`` bounds a wait."""
-        raise TypeError("a limiter over a RedisStore has no reservations; use acquire(amount, timeout=...)")
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "
