@@ -249,10 +249,9 @@ def test_a_lone_limiter_takes_every_unit_and_its_burst_at_once(lib: SimpleNamesp
                                                               redis_url: str) -> None:
     async def main() -> None:
         limiter = leased(lib, redis_url, 10, 1, burst=5)
-        start = time.monotonic()
         for _ in range(5):
             await limiter.acquire()
-        assert time.monotonic() - start < 1.0  # the burst, with one round trip, not 0.4 s of refill
+        assert limiter.stats().waits == 0  # the burst came with the units: no grant waited for refill
         assert limiter.units == 16 and limiter.stats().granted == 5 and limiter.stats().granted_tokens == 5
         assert not await limiter.try_acquire()
         assert limiter.tokens < 1
@@ -336,7 +335,7 @@ def test_a_newcomer_gets_units_within_a_renewal_of_the_holder(run: Run[None], re
         asked = time.monotonic()
         await asyncio.wait_for(b.acquire(), WITHIN)
         waited = time.monotonic() - asked
-        assert waited < 0.3 / 3 + 0.3 / 10 + 0.2  # a renews within a third of the span and gives back; b asks again
+        assert waited < 0.6  # a renews within a third of the span and gives back; b asks again: not a's whole run
         await hog
         await closed(a, b)
 
@@ -349,9 +348,8 @@ def test_units_given_back_carry_their_tokens(run: Run[None], redis_url: str) -> 
         await a.acquire()
         await a.aclose()  # 5 tokens left, given back
         b = leased(aiotb, redis_url, 10, 1, burst=6, lease=0.3)
-        start = time.monotonic()
         await b.acquire(5)
-        assert time.monotonic() - start < 0.3  # at once: the 5 came with the units, not 0.5 s of refill
+        assert b.stats().waits == 0  # the 5 came with the units: no wait for refill
         assert not await b.try_acquire()
         await closed(a, b)
 
@@ -470,7 +468,7 @@ def test_a_timeout_without_units_fails_at_its_deadline_and_takes_nothing(run: Ru
         start = time.monotonic()
         with pytest.raises(TimeoutError):
             await b.acquire(1, timeout=0.05)
-        assert 0.05 <= time.monotonic() - start < 0.05 + 0.25
+        assert 0.05 - 0.001 <= time.monotonic() - start < 0.05 + 0.45  # uvloop fires up to 0.5 ms early
         assert b.stats().granted == 0 and b.waiting == 0
         await hog
         await closed(a, b)
@@ -514,7 +512,7 @@ def test_penalize_pauses_here_at_once_and_other_holders_as_they_renew(run: Run[N
         await a.penalize(0.6)
         await takers
         assert not [t for t in granted[id(a)] if paused_at < t < paused_at + 0.6]
-        seen_by = paused_at + 0.3 / 3 + 0.05  # b renews within a third of the span
+        seen_by = paused_at + 0.3 / 3 + 0.15  # b renews within a third of the span
         assert not [t for t in granted[id(b)] if seen_by < t < paused_at + 0.6]
         assert [t for t in granted[id(b)] if t > paused_at + 0.6]  # and goes on after it
         await closed(a, b)

@@ -246,6 +246,13 @@ class RedisLeaseLimiter(OnItsLoop, Limiter):
             self._renewed_at = self._loop.time()
             self._demand_mark = self._demand()
             self._keeper = self._loop.create_task(self._keep_lease())
+            self._keeper.add_done_callback(self._keeper_done)
+
+    def _keeper_done(self, keeper: asyncio.Task[None]) -> None:
+        """Tells the callers waiting for units of a keeper that failed, so that none waits for it forever."""
+        error = None if keeper.cancelled() else keeper.exception()
+        if isinstance(error, Exception):
+            self._tell(error)
 
     async def _keep_lease(self) -> None:
         """Renews the lease while this limiter is used; gives the units back once it is not."""
@@ -253,8 +260,8 @@ class RedisLeaseLimiter(OnItsLoop, Limiter):
         assert loop is not None
         span = self._store.lease
         assert span is not None
-        want = self._want(loop.time())
-        while want:
+        want = max(1, self._want(loop.time()))  # started by a caller
+        while True:
             have = min(self._units, max(self._fair_units, self._least_units()))
             give_back = self._give_back(have) if have < self._units else 0.0
             sent = loop.time()
@@ -272,7 +279,12 @@ class RedisLeaseLimiter(OnItsLoop, Limiter):
             starved = self._asking and (lease.units < want or lease.units < self._least_units())
             await self._sleep(span * (STARVED_EVERY if starved else RENEW_EVERY))
             want = self._want(loop.time())
-        await self._release_idle()
+            if not want:
+                await self._release_idle()
+                if not self._asking:  # nobody came while the units went back: the keeper ends (no await
+                    self._keeper = None  # between this check and its end, so a newcomer starts another)
+                    return
+                want = self._want(loop.time())
 
     async def _sleep(self, delay: float) -> None:
         """The keeper's wait until its next call."""
@@ -281,8 +293,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter):
         await asyncio.sleep(delay)
 
     async def _release_idle(self) -> None:
-        """Gives the units back: the keeper's end, once the limiter is not used."""
-        self._keeper = None
+        """Gives the units back, once the limiter is not used."""
         if self._units:
             try:
                 await self._store.release_units(self._definition, self._holder, self._give_back(0))
