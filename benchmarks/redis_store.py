@@ -950,17 +950,13 @@ def lease_throughput_lines(a: dict[str, Any]) -> list[str]:
         text = (f"{call}: the first lease call of each run {asked} (of {a['units']} units); {calls:g} EVALSHA "
                 f"call(s) in a median run of {row['calls'] / row['median']:.3f} s")
         if calls - 1 < on_time:
-            text += (f", where a keeper renewing every third of the span would have renewed {on_time} time(s) "
-                     "after the first lease: the keeper is a task of the caller's loop, and sequential awaits "
-                     "that are granted at once never suspend, so it runs only when a call waits or a refused "
-                     "`try_acquire()` yields")
+            text += (f", fewer than the {on_time} renewal(s) a keeper renewing every third of the span would have "
+                     "made after the first lease")
         notes.append(text + ".")
     refused = rows["lease_try"]["refused"]
     if refused:
         notes.append(f"`try_acquire()` on the leased limiter was refused {refused:,} times in all "
-                     f"({refused / (a['runs'] * a['lease_calls']):.1%} of its calls) although the rates never bind: "
-                     "its first lease is sized by the demand measured so far, and its calls are refused while the "
-                     "units held have no token, until a renewal asks for more.")
+                     f"({refused / (a['runs'] * a['lease_calls']):.1%} of its calls) although the rates never bind.")
     return lines + [""] + notes + [""]
 
 

@@ -354,7 +354,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter):
             return n  # a first lease: whatever the fair split gives; the next renewal sizes it to the demand
         unit_rate = min(1e9 / (r.ns_per_token * n) for r in self._rates)
         want = max(self._least_units(), math.ceil(used * HEADROOM / unit_rate))
-        if self._asking and (self._units == 0 or used >= 0.9 * self._units * unit_rate):
+        if self._asking and used >= 0.9 * self._units * unit_rate:
             want = n
         return min(n, max(want, 1))
 
