@@ -101,6 +101,9 @@ class LoopErrors(list):  # type: ignore[type-arg]
         self.append(context)
 
 
+CANCELLED_TASKS_END_WITHIN = 20.0  # s: the tasks a test left running end this long after they are cancelled
+
+
 def _run_on(loop: asyncio.AbstractEventLoop, main: Awaitable[T]) -> T:
     errors = LoopErrors()
     loop.set_exception_handler(errors.handler)
@@ -111,9 +114,13 @@ def _run_on(loop: asyncio.AbstractEventLoop, main: Awaitable[T]) -> T:
         pending = asyncio.all_tasks(loop)
         for task in pending:
             task.cancel()
-        if pending:
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        left: set[asyncio.Task[Any]] = set()
+        if pending:  # bounded: a task that outlives its cancellation fails the test instead of hanging it
+            _, left = loop.run_until_complete(asyncio.wait(pending, timeout=CANCELLED_TASKS_END_WITHIN))
         loop.close()
+        if left:
+            raise AssertionError(f"{len(left)} task(s) still running {CANCELLED_TASKS_END_WITHIN:g} s after they "
+                                 f"were cancelled: {sorted(map(repr, left))[:5]}")
     assert not errors, f"the event loop reported errors: {errors}"
     return result
 
