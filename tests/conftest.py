@@ -12,6 +12,7 @@ import asyncio
 import importlib.util
 import os
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any, Awaitable, Callable, Iterator, TypeVar
@@ -117,10 +118,17 @@ def _run_on(loop: asyncio.AbstractEventLoop, main: Awaitable[T]) -> T:
         left: set[asyncio.Task[Any]] = set()
         if pending:  # bounded: a task that outlives its cancellation fails the test instead of hanging it
             _, left = loop.run_until_complete(asyncio.wait(pending, timeout=CANCELLED_TASKS_END_WITHIN))
-        loop.close()
+        # uvloop warns of each transport left open as it closes it, from inside its close: a warning made an
+        # error there leaves that transport's handle open, and the close waits for it forever. Recorded, then
+        # the test fails on it.
+        with warnings.catch_warnings(record=True) as unclosed:
+            warnings.simplefilter("always", ResourceWarning)
+            loop.close()
         if left:
             raise AssertionError(f"{len(left)} task(s) still running {CANCELLED_TASKS_END_WITHIN:g} s after they "
                                  f"were cancelled: {sorted(map(repr, left))[:5]}")
+        if unclosed:
+            raise AssertionError(f"the loop closed with resources left open: {[str(w.message) for w in unclosed]}")
     assert not errors, f"the event loop reported errors: {errors}"
     return result
 
