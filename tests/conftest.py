@@ -102,12 +102,37 @@ class LoopErrors(list):  # type: ignore[type-arg]
         self.append(context)
 
 
+CLIENT_START_US = 1_750_000_000_000_000  # a server's TIME of 2025, in us
+
+
+class ClientClock:
+    """The client's clock the Redis store reads (``time.time_ns``), at whole microseconds the test sets."""
+
+    def __init__(self, us: int = CLIENT_START_US) -> None:
+        self.us = us
+
+    def time_ns(self) -> int:
+        return self.us * 1000
+
+
+@pytest.fixture
+def client_clock(monkeypatch: pytest.MonkeyPatch) -> ClientClock:
+    """The Redis store module's clock, from CLIENT_START_US, the test's to move (a store reads it where
+    ``_client_clock`` is set)."""
+    from aiotb import _store_redis
+
+    clock = ClientClock()
+    monkeypatch.setattr(_store_redis, "time", clock)
+    return clock
+
+
 CANCELLED_TASKS_END_WITHIN = 20.0  # s: the tasks a test left running end this long after they are cancelled
 
 
 def _run_on(loop: asyncio.AbstractEventLoop, main: Awaitable[T]) -> T:
     errors = LoopErrors()
     loop.set_exception_handler(errors.handler)
+    left: set[asyncio.Task[Any]] = set()
     try:
         result = loop.run_until_complete(main)
         loop.run_until_complete(loop.shutdown_asyncgens())
@@ -115,20 +140,17 @@ def _run_on(loop: asyncio.AbstractEventLoop, main: Awaitable[T]) -> T:
         pending = asyncio.all_tasks(loop)
         for task in pending:
             task.cancel()
-        left: set[asyncio.Task[Any]] = set()
         if pending:  # bounded: a task that outlives its cancellation fails the test instead of hanging it
             _, left = loop.run_until_complete(asyncio.wait(pending, timeout=CANCELLED_TASKS_END_WITHIN))
         # uvloop warns of each transport left open as it closes it, from inside its close: a warning made an
         # error there leaves that transport's handle open, and the close waits for it forever. Recorded, then
-        # the test fails on it.
+        # the test fails on it (a test that failed already reports its own error).
         with warnings.catch_warnings(record=True) as unclosed:
             warnings.simplefilter("always", ResourceWarning)
             loop.close()
-        if left:
-            raise AssertionError(f"{len(left)} task(s) still running {CANCELLED_TASKS_END_WITHIN:g} s after they "
-                                 f"were cancelled: {sorted(map(repr, left))[:5]}")
-        if unclosed:
-            raise AssertionError(f"the loop closed with resources left open: {[str(w.message) for w in unclosed]}")
+    assert not left, (f"{len(left)} task(s) still running {CANCELLED_TASKS_END_WITHIN:g} s after they were "
+                      f"cancelled: {sorted(map(repr, left))[:5]}")
+    assert not unclosed, f"the loop closed with resources left open: {[str(w.message) for w in unclosed]}"
     assert not errors, f"the event loop reported errors: {errors}"
     return result
 

@@ -16,13 +16,13 @@ from typing import Any, Awaitable, Callable, TypeVar
 import aiotb
 import pytest
 from aiotb import _store_redis
+from conftest import ClientClock
 from redis_workers import lease_take_for
 from spawned import excess, run_workers
 
 T = TypeVar("T")
 Run = Callable[[Awaitable[T]], T]
 KEY = "leased"
-START_US = 1_700_000_000_000_000
 WITHIN = 5.0  # s: the most any single wait here may take before the test fails instead of hanging
 
 
@@ -41,27 +41,15 @@ async def closed(*limiters: Any) -> None:
         await limiter.store.redis.aclose()
 
 
-class Clock:
-    """The client's clock the store reads (``time.time_ns``), at whole microseconds the test sets."""
-
-    def __init__(self, us: int) -> None:
-        self.us = us
-
-    def time_ns(self) -> int:
-        return self.us * 1000
-
-
 # ---- the script: the split of the units, on the client's clock ----
 
 @pytest.fixture
-def script(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> SimpleNamespace:
+def script(client_clock: ClientClock, redis_url: str) -> SimpleNamespace:
     """A leased store over 8 units of 100/s burst 8 (a unit: 12.5/s, burst 1) for 1 s, on the test's clock."""
-    clock = Clock(START_US)
-    monkeypatch.setattr(_store_redis, "time", clock)
     store = aiotb.RedisStore(redis_url, KEY, lease=1.0, units=8)
     store._client_clock = True
     definition = _store_redis.lease_definition(8, 1.0, [(1e7, 8.0, 8.0)])
-    return SimpleNamespace(store=store, clock=clock, definition=definition)
+    return SimpleNamespace(store=store, clock=client_clock, definition=definition)
 
 
 def test_units_are_split_max_min_fairly_over_the_wants(run: Run[None], script: SimpleNamespace) -> None:

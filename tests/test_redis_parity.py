@@ -49,6 +49,7 @@ import redis.asyncio
 from aiotb import _store_redis
 from aiotb._limits_py import NEVER, NO_PAUSE, OK, TICKS_PER_NS, Limits, Rate, _holding, _ticks
 from aiotb._store_redis import RedisStore, definition, describe
+from conftest import CLIENT_START_US as START_US, ClientClock
 
 T = TypeVar("T")
 RunOn = Callable[[asyncio.AbstractEventLoop, Awaitable[T]], T]
@@ -66,19 +67,8 @@ local redis = setmetatable({{call = function(command, ...)
     return server.call(command, ...)
 end}}, {{__index = server}})
 """  # put before the script: its calls of redis.call go through this, which slows PEXPIRE
-START_US = 1_750_000_000_000_000  # a server's TIME of 2025, in us
 STREAMS = 40  # per block of seeds
 STEPS = 40  # calls per stream
-
-
-class Clock:
-    """The client's clock the store reads (``time.time_ns``), at whole microseconds the test sets."""
-
-    def __init__(self, us: int) -> None:
-        self.us = us
-
-    def time_ns(self) -> int:
-        return self.us * 1000
 
 
 SLOWED_SCRIPTS = {name: _store_redis.Script.of(SLOW_EXPIRY + script.text)
@@ -181,7 +171,7 @@ class Stream:
     """One random stream of calls on one store, with the twin beside it."""
 
     def __init__(self, rng: random.Random, rates: list[tuple[float, float, float]], exact: bool,
-                 store: RedisStore, client: Observed, clock: Clock, seen: Counter[str]) -> None:
+                 store: RedisStore, client: Observed, clock: ClientClock, seen: Counter[str]) -> None:
         self.rng, self.exact, self.store, self.client, self.clock, self.seen = rng, exact, store, client, clock, seen
         self.rates = rates
         self.definition = definition(rates)
@@ -563,7 +553,7 @@ class Stream:
 
 
 async def run_streams(url: str, seeds: range, make: Callable[[random.Random], list[tuple[float, float, float]]],
-                      exact: bool, clock: Clock, seen: Counter[str],
+                      exact: bool, clock: ClientClock, seen: Counter[str],
                       between: Callable[[Stream], Awaitable[None]] | None = None,
                       scripts: dict[str, _store_redis.Script] = SLOWED_SCRIPTS) -> None:
     """Runs one stream per seed, each on its own key, and says which seed and calls a failure came after."""
@@ -589,21 +579,13 @@ async def run_streams(url: str, seeds: range, make: Callable[[random.Random], li
         await client.aclose()
 
 
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    """The client's clock of the store module, the test's to move."""
-    clock = Clock(START_US)
-    monkeypatch.setattr(_store_redis, "time", clock)
-    return clock
-
-
 # ---- the streams ----
 
 @pytest.mark.parametrize("first", range(0, 3 * STREAMS, STREAMS))
-def test_integer_streams_are_exact(run_on: RunOn[None], redis_url: str, clock: Clock, first: int) -> None:
+def test_integer_streams_are_exact(run_on: RunOn[None], redis_url: str, client_clock: ClientClock, first: int) -> None:
     seen: Counter[str] = Counter()
     rates = lambda rng: [integer_rate(rng) for _ in range(rng.randint(1, 4))]  # noqa: E731
-    run_on(asyncio.new_event_loop(), run_streams(redis_url, range(first, first + STREAMS), rates, True, clock, seen))
+    run_on(asyncio.new_event_loop(), run_streams(redis_url, range(first, first + STREAMS), rates, True, client_clock, seen))
     for event in ("granted", "granted at the wait", "refused", "above a burst", "cancel restored all",
                   "cancel restored none", "set_rate of a rate in debt", "set_rate rounded up", "pause moved",
                   "pause kept", "tokens", "tokens 0", "run granted more", "run granted the first only",
@@ -612,18 +594,18 @@ def test_integer_streams_are_exact(run_on: RunOn[None], redis_url: str, clock: C
 
 
 @pytest.mark.parametrize("first", range(1000, 1000 + 3 * STREAMS, STREAMS))
-def test_float_streams_differ_only_by_rounding(run_on: RunOn[None], redis_url: str, clock: Clock,
+def test_float_streams_differ_only_by_rounding(run_on: RunOn[None], redis_url: str, client_clock: ClientClock,
                                                first: int) -> None:
     seen: Counter[str] = Counter()
     rates = lambda rng: [float_rate(rng) for _ in range(rng.randint(1, 4))]  # noqa: E731
-    run_on(asyncio.new_event_loop(), run_streams(redis_url, range(first, first + STREAMS), rates, False, clock, seen))
+    run_on(asyncio.new_event_loop(), run_streams(redis_url, range(first, first + STREAMS), rates, False, client_clock, seen))
     for event in ("granted", "granted at the wait", "refused", "cancel restored all", "delays differ",
                   "set_rate of a rate in debt", "tokens"):
         assert seen[event] > 0, f"no {event!r} in {dict(seen)}"
 
 
 @pytest.mark.parametrize("scripts", ["as sent", "as on 32 bits"])
-def test_the_epoch_moves_and_results_stay_exact(run_on: RunOn[None], redis_url: str, clock: Clock,
+def test_the_epoch_moves_and_results_stay_exact(run_on: RunOn[None], redis_url: str, client_clock: ClientClock,
                                                 scripts: str) -> None:
     """Also with the integers formatted as a server whose Lua's '%d' has 32 bits would (``%.0f``): the
     instants here are the largest of the streams."""
@@ -637,7 +619,7 @@ def test_the_epoch_moves_and_results_stay_exact(run_on: RunOn[None], redis_url: 
         if stream.epoch is not None and stream.rng.random() < 0.1:
             stream.clock.us = max(stream.clock.us, stream.epoch + -(-REBASE_AT // 1000) - stream.rng.randint(1, 5))
 
-    run_on(asyncio.new_event_loop(), run_streams(redis_url, range(2000, 2000 + STREAMS), rates, True, clock, seen,
+    run_on(asyncio.new_event_loop(), run_streams(redis_url, range(2000, 2000 + STREAMS), rates, True, client_clock, seen,
                                                  near_the_move,
                                                  SLOWED_SCRIPTS if scripts == "as sent" else AS_ON_32_BITS))
     for event in ("epoch moved", "cancel across the epoch", "granted", "cancel restored all",
@@ -654,7 +636,8 @@ def store_of(url: str, key: str = "quota") -> RedisStore:
     return store
 
 
-def test_a_definition_mismatch_names_both_rate_sets(run_on: RunOn[None], redis_url: str, clock: Clock) -> None:
+def test_a_definition_mismatch_names_both_rate_sets(run_on: RunOn[None], redis_url: str,
+                                                    client_clock: ClientClock) -> None:
     ours, theirs = definition([(1e6, 10.0, 10.0)]), definition([(1e6, 10.0, 10.0), (1e9, 100.0, 0.0)])
 
     async def main() -> None:
@@ -683,7 +666,7 @@ def test_a_definition_mismatch_names_both_rate_sets(run_on: RunOn[None], redis_u
     ("hash", {"d": "2024-05-01"}),  # a field d of someone else's
     ("hash", {"d": "0,1,1"}),
 ])
-def test_a_key_of_something_else_is_corrupt(run_on: RunOn[None], redis_url: str, clock: Clock, kind: str,
+def test_a_key_of_something_else_is_corrupt(run_on: RunOn[None], redis_url: str, client_clock: ClientClock, kind: str,
                                             value: Any) -> None:
     ours = definition([(1e6, 10.0, 10.0)])
 
