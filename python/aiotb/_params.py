@@ -160,24 +160,28 @@ def pause(name: str, value: object, span: float | None = None) -> float:
 
 
 _DELTA_SECONDS = re.compile(r"[0-9]+(\.[0-9]+)?")
+_SHOWN = 80  # the most characters of a header value an error message repeats
 
 
 def retry_after(value: object, wall_now: datetime.datetime) -> float:
     """The seconds a ``Retry-After`` value asks to wait: a header value (delta-seconds, or an HTTP
-    date, taken against wall_now, 0 if past), or a number of seconds; TypeError/ValueError."""
+    date, taken against wall_now, 0 if past), or a number of seconds; TypeError/ValueError. A
+    header value raises nothing but ValueError, whatever its text."""
     if isinstance(value, (bytes, bytearray)):
         value = bytes(value).decode("latin-1")
     if not isinstance(value, str):
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError(f"value must be a Retry-After header value or a number of seconds, got {value!r}")
         return pause("value", value)
+    shown = value if len(value) <= _SHOWN else value[:_SHOWN] + "..."
     text = value.strip()
     if _DELTA_SECONDS.fullmatch(text):
-        return pause("value", value, float(text))
+        return pause("value", shown, float(text))
     try:
         when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        raise ValueError(f"value must be delta-seconds or an HTTP date, got {value!r}") from None
-    if when.tzinfo is None:  # "-0000": UTC, as HTTP dates are
-        when = when.replace(tzinfo=datetime.timezone.utc)
-    return pause("value", value, max(0.0, (when - wall_now).total_seconds()))
+        if when.tzinfo is None:  # "-0000": UTC, as HTTP dates are
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        span = (when - wall_now).total_seconds()
+    except (TypeError, ValueError, IndexError, OverflowError):  # OverflowError: a year or offset out of range
+        raise ValueError(f"value must be delta-seconds or an HTTP date, got {shown!r}") from None
+    return pause("value", shown, max(0.0, span))
