@@ -57,8 +57,7 @@ CONSTRUCTOR_TABLE: dict[str, dict[str, Any]] = {
         "1e308": (ValueError, r"^burst must be at most 2\*\*50, so that an amount of 1 counts exactly, got 1e\+308$"),
         "1e-308": (ValueError, r"^max_rate / time_period is out of range: 1e-308 / 1$"),
     },
-    "time_period": positive("time_period") | {
-        "None": OK,  # the default: 60 s
+    "time_period": positive("time_period") | {  # None is no default, as for aiolimiter: 60 s is the default
         "1e308": (ValueError, r"^max_rate / time_period is out of range: 10 / 1e\+308$"),
         "1e-308": OK,  # 10 tokens per 1e-308 s: the bucket refills within a nanosecond
     },
@@ -85,9 +84,7 @@ CONSTRUCTOR_TABLE: dict[str, dict[str, Any]] = {
     "fair": {key: (TypeError, rf"^fair must be a bool, got {re.escape(repr(value))}") for key, value in VALUES.items()
              if key not in ("True", "False")} | {"True": OK, "False": OK},
 }
-ASYNC_LIMITER_TABLE = {"max_rate": CONSTRUCTOR_TABLE["max_rate"],
-                       "time_period": CONSTRUCTOR_TABLE["time_period"]  # None is no default for aiolimiter
-                       | {"None": (TypeError, r"^time_period must be a real number, got None$")}}
+ASYNC_LIMITER_TABLE = {"max_rate": CONSTRUCTOR_TABLE["max_rate"], "time_period": CONSTRUCTOR_TABLE["time_period"]}
 
 
 def table(tables: dict[str, dict[str, Any]]) -> list[Any]:
@@ -142,6 +139,48 @@ def test_async_limiter_constructor(lib, name, key, outcome):
 def test_keyed_limiter_constructor_checks_its_options_at_once(lib, name, key, outcome):
     args = dict(LIMITER_ARGS, **{name: VALUES[key]})
     check(lambda: lib.KeyedLimiter(args.pop("max_rate"), args.pop("time_period"), **args), outcome)
+
+
+NO_PERIOD = (TypeError, r"^time_period must be a real number, got None$")
+RATES_IN_PLACE = (TypeError, r"^rates= takes the place of max_rate, time_period, burst and initial$")
+
+
+@pytest.mark.parametrize("make, outcome", [
+    (lambda lib: lib.Limiter(10, None), NO_PERIOD),
+    (lambda lib: lib.Limiter(10, time_period=None, burst=5), NO_PERIOD),
+    (lambda lib: lib.WindowLimiter(10, None), NO_PERIOD),
+    (lambda lib: lib.KeyedLimiter(10, None), NO_PERIOD),
+    (lambda lib: lib.Limiter(rates=[(10, None)]), (TypeError, r"^rates\[0\] time_period must be a real number, got None$")),
+    (lambda lib: lib.Limiter(rates=[(10, 1)], time_period=None), RATES_IN_PLACE),
+    (lambda lib: lib.Limiter(rates=[(10, 1)], time_period=2), RATES_IN_PLACE),
+], ids=["Limiter", "Limiter-keyword", "WindowLimiter", "KeyedLimiter", "rates", "rates-and-None", "rates-and-2"])
+def test_time_period_none_is_no_default(lib, make, outcome):
+    check(lambda: make(lib), outcome)
+
+
+def test_time_period_left_out_is_60_s(lib):
+    assert lib.Limiter(10).time_period == lib.WindowLimiter(10).time_period == lib.AsyncLimiter(10).time_period == 60
+    assert lib.Limiter(rates=[(10, 1), (100, 60)]).rates == ((10, 1, 10), (100, 60, 100))
+
+
+@pytest.mark.parametrize("store", ["redis", "redis lease", "redis window", "shared memory"])
+def test_time_period_none_is_no_default_over_a_store(lib, request, store):
+    package = lib.package
+    if store == "shared memory":
+        if lib.name != "c":
+            pytest.skip("a SharedMemoryStore needs the C engine (test_only_the_c_engine_shares_a_store)")
+        import uuid
+
+        shared = package.SharedMemoryStore(f"aiotb-test-{uuid.uuid4().hex[:16]}")
+        try:
+            check(lambda: lib.Limiter(10, None, store=shared), NO_PERIOD)
+        finally:
+            shared.unlink(shared.name)
+        return
+    url = request.getfixturevalue("redis_url")
+    over = package.RedisStore(url, "k", lease=1.0 if store == "redis lease" else None)
+    kind = lib.WindowLimiter if store == "redis window" else lib.Limiter
+    check(lambda: kind(10, None, store=over), NO_PERIOD)
 
 
 def test_constructors_reject_unknown_and_extra_arguments(lib):

@@ -54,7 +54,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter):
     __slots__ = ("_store", "_definition", "_holder", "_units", "_fair_units", "_share_burst", "_valid_until", "_loop",
                  "_keeper", "_news", "_asking", "_refused", "_demand_mark", "_renewed_at", "_renew_at", "_credits", "_credited")
 
-    def __init__(self, max_rate: float | None = None, time_period: float | None = None, *,
+    def __init__(self, max_rate: float | None = None, time_period: float = 60, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
                  rates: Sequence[tuple[float, ...]] | None = None, store: RedisStore | None = None) -> None:
         if not isinstance(store, RedisStore) or store.lease is None:

@@ -197,7 +197,7 @@ class Limiter(Bucket):
             return cast(Self, Bucket.__new__(RedisLeaseLimiter))
         return cast(Self, Bucket.__new__(RedisLimiter if cls is Limiter else RedisWindowLimiter))
 
-    def __init__(self, max_rate: float | None = None, time_period: float | None = None, *,
+    def __init__(self, max_rate: float | None = None, time_period: float = 60, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
                  rates: Sequence[tuple[float, ...]] | None = None,
                  store: SharedMemoryStore | RedisStore | None = None) -> None:
@@ -431,8 +431,6 @@ class AsyncLimiter(Limiter):
     _capacity_is_max_rate = True
 
     def __init__(self, max_rate: float, time_period: float = 60) -> None:
-        if time_period is None:  # as aiolimiter: no default stands behind None here
-            raise TypeError("time_period must be a real number, got None")
         self._setup([_params.rate("", max_rate, time_period, burst_below_one=True)], None, fair=False,
                     smallest_first=True)
 
@@ -472,7 +470,7 @@ class WindowLimiter(Limiter):
 
     __slots__ = ()
 
-    def __init__(self, max_rate: float, time_period: float | None = None, *, fair: bool = True,
+    def __init__(self, max_rate: float, time_period: float = 60, *, fair: bool = True,
                  store: RedisStore | None = None) -> None:
         if store is not None:  # a subclass that let store= through: its instance has no store behind it
             raise TypeError(f"store= works with WindowLimiter itself, not {type(self).__name__}")

@@ -59,12 +59,13 @@ class Rate(NamedTuple):
         return (self.ns_per_token, self.burst, self.initial)
 
 
-def rate(prefix: str, max_rate: object, time_period: object = None, burst: object = None,
+def rate(prefix: str, max_rate: object, time_period: object, burst: object = None,
          initial: object = None, *, burst_below_one: bool = False) -> Rate:
     """One rate's parameters, checked, named with prefix ("" or "rates[1] "). The default burst is
-    max_rate, at least 1 (the default amount) unless burst_below_one (aiolimiter's capacity)."""
+    max_rate, at least 1 (the default amount) unless burst_below_one (aiolimiter's capacity). A
+    time_period of None is a TypeError, as in aiolimiter: the default (60) is the constructors'."""
     per = positive(f"{prefix}max_rate", max_rate)
-    period = 60.0 if time_period is None else positive(f"{prefix}time_period", time_period)
+    period = positive(f"{prefix}time_period", time_period)
     if burst is None:
         capacity = per if burst_below_one or per >= 1 else 1.0
     else:
@@ -105,9 +106,10 @@ def rates(given: object) -> list[Rate]:
 
 def limiter_rates(max_rate: object, time_period: object, burst: object, initial: object,
                   given_rates: Sequence[tuple[float, ...]] | None) -> list[Rate]:
-    """The rates of ``Limiter(max_rate, time_period, burst=, initial=)`` or ``Limiter(rates=...)``."""
+    """The rates of ``Limiter(max_rate, time_period, burst=, initial=)`` or ``Limiter(rates=...)``;
+    with rates=, time_period must be the constructors' default, 60."""
     if given_rates is not None:
-        if max_rate is not None or time_period is not None or burst is not None or initial is not None:
+        if max_rate is not None or time_period != 60 or burst is not None or initial is not None:
             raise TypeError("rates= takes the place of max_rate, time_period, burst and initial")
         return rates(given_rates)
     if max_rate is None:

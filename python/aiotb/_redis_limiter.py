@@ -106,7 +106,7 @@ class RedisLimiter(OnItsLoop, Limiter):
     __slots__ = ("_store", "_definition", "_queue", "_server", "_loop", "_counts", "_down_until", "_stale_after",
                  "_held")
 
-    def __init__(self, max_rate: float | None = None, time_period: float | None = None, *,
+    def __init__(self, max_rate: float | None = None, time_period: float = 60, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
                  rates: Sequence[tuple[float, ...]] | None = None, store: RedisStore | None = None) -> None:
         if not isinstance(store, RedisStore):
@@ -582,7 +582,7 @@ class RedisWindowLimiter(RedisLimiter, WindowLimiter):  # pyright: ignore[report
 
     __slots__ = ()
 
-    def __init__(self, max_rate: float, time_period: float | None = None, *, fair: bool = True,
+    def __init__(self, max_rate: float, time_period: float = 60, *, fair: bool = True,
                  store: RedisStore | None = None) -> None:
         if not isinstance(store, RedisStore):
             raise TypeError(f"store must be a RedisStore, got {store!r}")

@@ -69,7 +69,7 @@ class SharedLimiter(Limiter):
     __slots__ = ("_store", "_segment", "_queue", "_slot", "_queue_lock", "_idents", "_stranded", "_loop_checked",
                  "_counts", "_stale_after", "_restarted")
 
-    def __init__(self, max_rate: float | None = None, time_period: float | None = None, *,
+    def __init__(self, max_rate: float | None = None, time_period: float = 60, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
                  rates: Sequence[tuple[float, ...]] | None = None, store: SharedMemoryStore | None = None) -> None:
         if not isinstance(store, SharedMemoryStore):
