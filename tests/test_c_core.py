@@ -1,8 +1,9 @@
 """The pure C core's own unit tests (tests/c/), compiled with the system C compiler and run:
 test_limits.c holds the limits (limits.c) alone; test_queue.c (the queue) and test_grant.c (its decisions)
 the bucket (queue.c over limits.c); test_shm*.c the store in shared memory (shm.c, shm_grant.c, shm_posix.c):
-its operations, every short sequence of them, threads and killed processes on one segment, and a model check
-of its protocol.
+its operations, every short sequence of them, threads and killed processes on one segment, a model check
+of its protocol, and a hostile writer changing the segment before every access (no read past it, no retry
+loop without end).
 
 ``CC`` picks the compiler (default ``cc``); ``AIOTB_SANITIZE=1`` builds them under
 AddressSanitizer and UBSan. The threaded tests are also built and run under ThreadSanitizer, always.
@@ -36,6 +37,7 @@ SOURCES = {
     "test_shm_threads": [TESTS / "test_shm_threads.c", *STORE],
     "test_shm_processes": [TESTS / "test_shm_processes.c", *STORE, CORE / "shm_posix.c"],
     "test_shm_model": [TESTS / "test_shm_model.c", CORE / "limits.c"],  # it includes the store with a step hook
+    "test_shm_hostile": [TESTS / "test_shm_hostile.c", CORE / "limits.c"],  # so does it, a hostile writer's
 }
 THREADED = ["test_shm_threads"]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1"]

@@ -102,12 +102,15 @@ static tb_gcra converted(const tb_rate *from, const tb_rate *to, tb_gcra f, tb_n
 
 // Publishes the complete change of rate index: its parameters and F converted to them in one compare-and-swap
 // of the state word (unless someone has), then marks it published. TB_SHM_OK, also once the change is found
-// overtaken by later ones (nothing left to do), or TB_SHM_EFOREIGN if the words contradict each other.
-static tb_shm_status publish(tb_shm *seg, uint32_t index, uint64_t change, tb_ns now)
+// overtaken by later ones (nothing left to do), or TB_SHM_EFOREIGN if the words contradict each other or
+// *tries runs out.
+static tb_shm_status publish(tb_shm *seg, uint32_t index, uint64_t change, tb_ns now, int *tries)
 {
     tb_shm_rate *rate = &seg->rates[index];
     unsigned target = change_target(change);
     for (;;) {
+        if (!shm_retry(tries))
+            return TB_SHM_EFOREIGN;
         uint64_t word = shm_load(&rate->state);
         unsigned live = state_generation(word);
         if (live == target)
@@ -135,19 +138,27 @@ static tb_shm_status publish(tb_shm *seg, uint32_t index, uint64_t change, tb_ns
 }
 
 // Publishes the latest change of rate index if it is complete: TB_SHM_OK, or EFOREIGN.
-static tb_shm_status settle(tb_shm *seg, uint32_t index, tb_ns now)
+static tb_shm_status settle(tb_shm *seg, uint32_t index, tb_ns now, int *tries)
 {
     uint64_t change = shm_load(&seg->rates[index].change);
     if (!change_ok(change))
         return TB_SHM_EFOREIGN;
-    return change_phase(change) == COMPLETE ? publish(seg, index, change, now) : TB_SHM_OK;
+    return change_phase(change) == COMPLETE ? publish(seg, index, change, now, tries) : TB_SHM_OK;
 }
 
-tb_shm_status tb_shm_view_rate(tb_shm *seg, uint32_t index, tb_ns now, tb_shm_view *view)
+// The initial tokens rate index was created with, read once: false if they cannot be right.
+static bool created_initial(const tb_shm *seg, uint32_t index, double *initial)
+{
+    double value = seg->created[index].initial;
+    *initial = value;
+    return value >= 0 && isfinite(value);
+}
+
+tb_shm_status tb_shm_view_rate(tb_shm *seg, uint32_t index, tb_ns now, tb_shm_view *view, int *tries)
 {
     tb_shm_rate *rate = &seg->rates[index];
-    for (int strikes = 0; strikes < STRIKES;) {
-        if (settle(seg, index, now) != TB_SHM_OK)
+    for (int strikes = 0; strikes < STRIKES && shm_retry(tries);) {
+        if (settle(seg, index, now, tries) != TB_SHM_OK)
             return TB_SHM_EFOREIGN;
         uint64_t word = shm_load(&rate->state);
         unsigned generation = state_generation(word);
@@ -158,8 +169,10 @@ tb_shm_status tb_shm_view_rate(tb_shm *seg, uint32_t index, tb_ns now, tb_shm_vi
         }
         view->rate = tb_rate_make(rec.ns_per_token, rec.burst, 0);
         if (!state_anchored(word)) {  /* the first use: whoever swaps first anchors it for all */
-            double initial = seg->created[index].initial;
-            tb_gcra f = tb_rate_holding(&view->rate, initial > 0 ? initial : 0, now);
+            double initial;
+            if (!created_initial(seg, index, &initial))
+                return TB_SHM_EFOREIGN;
+            tb_gcra f = tb_rate_holding(&view->rate, initial, now);
             shm_cas(&rate->state, &word, state_word(f, generation));
             continue;
         }
@@ -174,16 +187,16 @@ tb_shm_status tb_shm_view_rate(tb_shm *seg, uint32_t index, tb_ns now, tb_shm_vi
 /* ---- set_rate ---- */
 
 // Claims the next generation of rate index for a new ticket, overtaking a writer still writing and publishing
-// a complete change first; writes the claim into *claim. TB_SHM_OK or EFOREIGN.
-static tb_shm_status claim(tb_shm *seg, uint32_t index, tb_ns now, uint64_t *claim)
+// a complete change first; writes the claim into *claim. TB_SHM_OK, or EFOREIGN (also once *tries runs out).
+static tb_shm_status claim(tb_shm *seg, uint32_t index, tb_ns now, uint64_t *claim, int *tries)
 {
     _Atomic uint64_t *change = &seg->rates[index].change;
-    for (;;) {
+    while (shm_retry(tries)) {
         uint64_t latest = shm_load(change);
         if (!change_ok(latest))
             return TB_SHM_EFOREIGN;
         if (change_phase(latest) == COMPLETE) {
-            if (publish(seg, index, latest, now) != TB_SHM_OK)
+            if (publish(seg, index, latest, now, tries) != TB_SHM_OK)
                 return TB_SHM_EFOREIGN;
             continue;
         }
@@ -194,6 +207,7 @@ static tb_shm_status claim(tb_shm *seg, uint32_t index, tb_ns now, uint64_t *cla
         if (shm_cas(change, &latest, *claim))
             return TB_SHM_OK;
     }
+    return TB_SHM_EFOREIGN;
 }
 
 tb_shm_status tb_shm_set_rate(tb_shm *seg, uint32_t index, double ns_per_token, double burst, tb_ns now)
@@ -209,7 +223,8 @@ tb_shm_status tb_shm_set_rate(tb_shm *seg, uint32_t index, double ns_per_token, 
     if (live.ns_per_token == ns_per_token && live.burst == burst)
         return TB_SHM_OK;  /* nothing to change: a change that changes nothing would only bring words back */
     uint64_t mine;
-    if (claim(seg, index, now, &mine) != TB_SHM_OK)
+    int tries = TB_SHM_TRIES;
+    if (claim(seg, index, now, &mine, &tries) != TB_SHM_OK)
         return TB_SHM_EFOREIGN;
     uint32_t ticket = change_ticket(mine);
     unsigned target = change_target(mine);
@@ -221,28 +236,33 @@ tb_shm_status tb_shm_set_rate(tb_shm *seg, uint32_t index, double ns_per_token, 
         do {
             if (!earlier((uint32_t)(seen >> 32), ticket))
                 return TB_SHM_EAGAIN;
+            if (!shm_retry(&tries))
+                return TB_SHM_EFOREIGN;
         } while (!shm_cas(word, &seen, words[k]));
     }
     uint64_t complete = change_word(ticket, target, COMPLETE);
     if (!shm_cas(&seg->rates[index].change, &mine, complete))
         return TB_SHM_EAGAIN;  /* overtaken before it was complete */
-    return publish(seg, index, complete, now);
+    return publish(seg, index, complete, now, &tries);
 }
 
 /* ---- the segment ---- */
 
-// Whether the header of a segment is one this code wrote: version, size, unit, and parameters.
-static bool header_ok(const tb_shm *seg)
+// Whether the header of a segment is one this code wrote: version, size, unit, and parameters; writes the
+// number of rates it read (once) into *nrates.
+static bool header_ok(const tb_shm *seg, uint32_t *nrates)
 {
+    *nrates = 0;
     if (shm_load(&seg->magic) != TB_SHM_MAGIC || seg->version != TB_SHM_VERSION || seg->size != sizeof(tb_shm) ||
-        seg->ticks_per_ns != TB_TICKS_PER_NS || shm_nrates(seg) == 0)
+        seg->ticks_per_ns != TB_TICKS_PER_NS)
         return false;
-    for (uint32_t i = 0; i < seg->nrates; i++) {
-        const tb_shm_params *p = &seg->created[i];
-        if (!usable(p->ns_per_token, p->burst) || !tb_rate_ok(p->ns_per_token, p->burst, p->initial))
+    *nrates = shm_nrates(seg);
+    for (uint32_t i = 0; i < *nrates; i++) {
+        tb_shm_params p = seg->created[i];
+        if (!usable(p.ns_per_token, p.burst) || !tb_rate_ok(p.ns_per_token, p.burst, p.initial))
             return false;
     }
-    return true;
+    return *nrates != 0;
 }
 
 // 0 if the words of a rate agree (read change, then state, then records), else 2, 3 or 4 as tb_shm_check.
@@ -265,16 +285,18 @@ static int rate_broken(const tb_shm_rate *rate, uint64_t change)
 
 int tb_shm_check(const tb_shm *seg)
 {
-    if (!header_ok(seg))
+    uint32_t nrates;
+    if (!header_ok(seg, &nrates))
         return 1;
-    for (uint32_t i = 0; i < seg->nrates; i++) {
+    int tries = TB_SHM_TRIES;
+    for (uint32_t i = 0; i < nrates; i++) {
         const tb_shm_rate *rate = &seg->rates[i];
-        for (;;) {  /* a broken rate counts only if no change moved on while it was read */
+        for (;;) {  /* a broken rate counts only if no change moved on while it was read (TB_SHM_TRIES times) */
             uint64_t change = shm_load(&rate->change);
             int broken = rate_broken(rate, change);
             if (broken == 0)
                 break;
-            if (shm_load(&rate->change) == change)
+            if (shm_load(&rate->change) == change || !shm_retry(&tries))
                 return broken;
         }
     }
@@ -296,11 +318,11 @@ tb_shm_status tb_shm_join(const tb_shm *seg, size_t len, uint32_t nrates, const 
     tb_shm_status status = tb_shm_validate(seg, len);
     if (status != TB_SHM_OK)
         return status;
-    if (nrates != seg->nrates)
+    if (nrates == 0 || nrates != shm_nrates(seg))
         return TB_SHM_EMISMATCH;
     for (uint32_t i = 0; i < nrates; i++) {
-        const tb_shm_params *p = &seg->created[i];
-        if (p->ns_per_token != params[i].ns_per_token || p->burst != params[i].burst || p->initial != params[i].initial)
+        tb_shm_params p = seg->created[i];
+        if (p.ns_per_token != params[i].ns_per_token || p.burst != params[i].burst || p.initial != params[i].initial)
             return TB_SHM_EMISMATCH;
     }
     return TB_SHM_OK;
@@ -345,11 +367,15 @@ tb_shm_status tb_shm_rate_params(const tb_shm *seg, uint32_t index, tb_shm_param
     if (index >= nrates)
         return TB_SHM_EINVAL;
     const tb_shm_rate *rate = &seg->rates[index];
-    for (int strikes = 0; strikes < STRIKES;) {
+    double initial;
+    if (!created_initial(seg, index, &initial))
+        return TB_SHM_EFOREIGN;
+    int tries = TB_SHM_TRIES;
+    for (int strikes = 0; strikes < STRIKES && shm_retry(&tries);) {
         uint64_t word = shm_load(&rate->state);
         record rec;
         if (record_read(rate->record[state_generation(word)], &rec)) {
-            *params = (tb_shm_params){rec.ns_per_token, rec.burst, seg->created[index].initial};
+            *params = (tb_shm_params){rec.ns_per_token, rec.burst, initial};
             return TB_SHM_OK;
         }
         strikes += state_generation(shm_load(&rate->state)) == state_generation(word);

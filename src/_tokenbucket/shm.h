@@ -51,7 +51,13 @@
  * conversion to the wrong generation: the changes that would do that naturally cannot (the same parameters
  * publish nothing; bursts alone, and a full rate's changes at one instant, move F a tick each), which leaves
  * an exact coincidence of arithmetic, or several changes with debt within one nanosecond. A writer stalled
- * across 2^31 tickets would write over a newer record. */
+ * across 2^31 tickets would write over a newer record.
+ *
+ * Hostile writers. Any process that can map the segment can write any word of it at any time. Every field is
+ * read once into a local and checked before use (the header's nrates bounds every loop over the rates), and
+ * every loop that retries after a word changed under it retries at most TB_SHM_TRIES times in one operation:
+ * past that, the segment counts as corrupt (TB_SHM_EFOREIGN) rather than let a writer spin a reader forever.
+ * Honest processes fail a compare-and-swap only when another one succeeded in between, far fewer times. */
 #ifndef AIOTB_SHM_H
 #define AIOTB_SHM_H
 
@@ -67,6 +73,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_LONG_LOCK_FREE == 2, "64-bi
 #define TB_SHM_VERSION 1u
 #define TB_SHM_MAX_SPAN ((tb_ns)1 << 55)     /* longest full refill of a rate in a segment: ~1.14 years */
 #define TB_SHM_HORIZON ((tb_ns)1 << 56)      /* how far ahead of now a reservation may reach: ~2.28 years */
+#define TB_SHM_TRIES 10000                   /* retries of one operation after words changed under it */
 
 typedef enum {
     TB_SHM_OK = TB_OK,
@@ -74,7 +81,7 @@ typedef enum {
     TB_SHM_ETOOLATE = TB_ETOOLATE,    /* the grant could not come by the deadline: nothing was taken */
     TB_SHM_ENOTREADY,                 /* the creator has not published the segment yet: ask again later */
     TB_SHM_EMISMATCH,                 /* a good segment, created with other parameters (tb_shm.created) */
-    TB_SHM_EFOREIGN,                  /* not a segment of this layout, or a corrupt one */
+    TB_SHM_EFOREIGN,                  /* not a segment of this layout, a corrupt one, or one fought over */
     TB_SHM_EAGAIN,                    /* set_rate overtaken by another set_rate of the same rate: nothing changed */
 } tb_shm_status;
 
@@ -119,7 +126,7 @@ typedef struct {
 tb_shm_status tb_shm_create(tb_shm *seg, size_t len, uint32_t nrates, const tb_shm_params *params);
 /* Whether a segment of len bytes is published and intact: TB_SHM_OK, TB_SHM_ENOTREADY or TB_SHM_EFOREIGN. */
 tb_shm_status tb_shm_validate(const tb_shm *seg, size_t len);
-/* tb_shm_validate, then TB_SHM_EMISMATCH unless it was created with these parameters. */
+/* tb_shm_validate, then TB_SHM_EMISMATCH unless it was created with these parameters (nrates of them). */
 tb_shm_status tb_shm_join(const tb_shm *seg, size_t len, uint32_t nrates, const tb_shm_params *params);
 /* 0 if every invariant of a published segment holds, else the number of the broken one: 1 the header, 2 a
  * state word's generation against its change word, 3 a change word, 4 a live record (exact when quiet;
@@ -140,8 +147,8 @@ tb_shm_status tb_shm_tokens(tb_shm *seg, tb_ns now, double *tokens);
 /* Writes the first instant >= now at which amount would be granted, taking nothing (TB_NEVER for amount over
  * a burst): TB_SHM_OK, EINVAL, EFOREIGN. */
 tb_shm_status tb_shm_fit_at(tb_shm *seg, double amount, tb_ns now, tb_ns *at);
-/* No grant before until (a later call can only move it later). */
-void tb_shm_pause_until(tb_shm *seg, tb_ns until);
+/* No grant before until (a later call can only move it later): TB_SHM_OK, or EFOREIGN if fought over. */
+tb_shm_status tb_shm_pause_until(tb_shm *seg, tb_ns until);
 /* Changes rate index to a new refill and capacity as of now for every process, keeping the tokens it holds (at
  * most the new burst, less a tick): TB_SHM_OK (also when those are the live ones: nothing to change),
  * TB_SHM_EINVAL, TB_SHM_EAGAIN (overtaken: nothing changed; try again), or TB_SHM_EFOREIGN. */

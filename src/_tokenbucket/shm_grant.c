@@ -10,11 +10,11 @@ static tb_ns paused_until(const tb_shm *seg)
     return atomic_load(&seg->paused_until);
 }
 
-// Reads the first nrates rates at now into views: TB_SHM_OK or EFOREIGN.
-static tb_shm_status view_all(tb_shm *seg, uint32_t nrates, tb_ns now, tb_shm_view *views)
+// Reads the first nrates rates at now into views, spending *tries: TB_SHM_OK or EFOREIGN.
+static tb_shm_status view_all(tb_shm *seg, uint32_t nrates, tb_ns now, tb_shm_view *views, int *tries)
 {
     for (uint32_t i = 0; i < nrates; i++)
-        if (tb_shm_view_rate(seg, i, now, &views[i]) != TB_SHM_OK)
+        if (tb_shm_view_rate(seg, i, now, &views[i], tries) != TB_SHM_OK)
             return TB_SHM_EFOREIGN;
     return TB_SHM_OK;
 }
@@ -69,11 +69,11 @@ static bool taken_word(const tb_shm_view *view, double amount, tb_ns at, tb_ns n
 }
 
 // Reads rate i again into *view after its word changed under a grant of amount at instant at: true if the
-// grant still fits it at that instant, with the word to leave in *after.
+// grant still fits it at that instant, with the word to leave in *after (spending *tries).
 static bool still_fits(tb_shm *seg, uint32_t i, double amount, tb_ns at, tb_ns now, tb_shm_view *view,
-                       uint64_t *after)
+                       uint64_t *after, int *tries)
 {
-    return tb_shm_view_rate(seg, i, now, view) == TB_SHM_OK && amount <= view->rate.burst &&
+    return tb_shm_view_rate(seg, i, now, view, tries) == TB_SHM_OK && amount <= view->rate.burst &&
            tb_rate_fit_at(&view->rate, view->f, need_of(&view->rate, amount), at) <= at &&
            taken_word(view, amount, at, now, after);
 }
@@ -87,8 +87,9 @@ tb_shm_status tb_shm_reserve(tb_shm *seg, double amount, tb_ns now, tb_ns deadli
         return TB_SHM_EINVAL;
     tb_shm_view views[TB_MAX_RATES];
     uint64_t before[TB_MAX_RATES], after[TB_MAX_RATES];
-    for (;;) {
-        if (view_all(seg, nrates, now, views) != TB_SHM_OK)
+    int tries = TB_SHM_TRIES;
+    while (shm_retry(&tries)) {
+        if (view_all(seg, nrates, now, views, &tries) != TB_SHM_OK)
             return TB_SHM_EFOREIGN;
         if (!within_bursts(views, nrates, amount))
             return TB_SHM_EINVAL;
@@ -107,7 +108,7 @@ tb_shm_status tb_shm_reserve(tb_shm *seg, double amount, tb_ns now, tb_ns deadli
             uint64_t expected = before[taken];
             if (shm_cas(&seg->rates[taken].state, &expected, after[taken]))
                 taken++;
-            else if (taken == 0 || !still_fits(seg, taken, amount, at, now, &views[taken], &after[taken]))
+            else if (taken == 0 || !still_fits(seg, taken, amount, at, now, &views[taken], &after[taken], &tries))
                 break;  /* the rates already taken were taken as of at: give them back, start again */
         }
         if (taken == nrates) {
@@ -121,6 +122,7 @@ tb_shm_status tb_shm_reserve(tb_shm *seg, double amount, tb_ns now, tb_ns deadli
         }
         give_back(seg, taken, before, after);
     }
+    return TB_SHM_EFOREIGN;  /* fought over past TB_SHM_TRIES */
 }
 
 tb_shm_status tb_shm_take_now(tb_shm *seg, double amount, tb_ns now)
@@ -144,7 +146,8 @@ tb_shm_status tb_shm_tokens(tb_shm *seg, tb_ns now, double *tokens)
     if (!shm_clock_ok(now))
         return TB_SHM_EINVAL;
     tb_shm_view views[TB_MAX_RATES];
-    if (view_all(seg, nrates, now, views) != TB_SHM_OK)
+    int tries = TB_SHM_TRIES;
+    if (view_all(seg, nrates, now, views, &tries) != TB_SHM_OK)
         return TB_SHM_EFOREIGN;
     double fewest = INFINITY;
     for (uint32_t i = 0; i < nrates; i++)
@@ -161,7 +164,8 @@ tb_shm_status tb_shm_fit_at(tb_shm *seg, double amount, tb_ns now, tb_ns *at)
     if (!shm_clock_ok(now) || !(amount > 0) || !isfinite(amount))
         return TB_SHM_EINVAL;
     tb_shm_view views[TB_MAX_RATES];
-    if (view_all(seg, nrates, now, views) != TB_SHM_OK)
+    int tries = TB_SHM_TRIES;
+    if (view_all(seg, nrates, now, views, &tries) != TB_SHM_OK)
         return TB_SHM_EFOREIGN;
     tb_ns pause = paused_until(seg);
     if (!within_bursts(views, nrates, amount))
@@ -173,12 +177,15 @@ tb_shm_status tb_shm_fit_at(tb_shm *seg, double amount, tb_ns now, tb_ns *at)
     return TB_SHM_OK;
 }
 
-void tb_shm_pause_until(tb_shm *seg, tb_ns until)
+tb_shm_status tb_shm_pause_until(tb_shm *seg, tb_ns until)
 {
     tb_ns seen = paused_until(seg);
-    while (until > seen) {
+    for (int tries = TB_SHM_TRIES; until > seen; ) {
+        if (!shm_retry(&tries))
+            return TB_SHM_EFOREIGN;
         TB_SHM_STEP();
         if (atomic_compare_exchange_strong(&seg->paused_until, &seen, until))
-            return;
+            break;
     }
+    return TB_SHM_OK;
 }

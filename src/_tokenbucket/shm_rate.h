@@ -34,11 +34,16 @@ static inline bool shm_cas(_Atomic uint64_t *word, uint64_t *expected, uint64_t 
     return atomic_compare_exchange_strong(word, expected, desired);
 }
 
-// The number of rates of a segment, or 0 if its header says something impossible.
+// The number of rates of a segment, read once, or 0 if its header says something impossible.
 static inline uint32_t shm_nrates(const tb_shm *seg)
 {
-    return seg->nrates >= 1 && seg->nrates <= TB_MAX_RATES ? seg->nrates : 0;
+    uint32_t nrates = seg->nrates;
+    return nrates >= 1 && nrates <= TB_MAX_RATES ? nrates : 0;
 }
+
+// Spends one of an operation's retries (TB_SHM_TRIES at its start): false once there are none left, when the
+// operation gives up with TB_SHM_EFOREIGN.
+static inline bool shm_retry(int *tries) { return --*tries >= 0; }
 
 // Whether now is a clock reading the arithmetic can take: |now| < 2^58 ns.
 static inline bool shm_clock_ok(tb_ns now) { return now > -TB_MAX_SPAN && now < TB_MAX_SPAN; }
@@ -63,8 +68,8 @@ typedef struct {
     tb_rate rate;         /* the parameters of that generation */
 } tb_shm_view;
 
-// Reads rate index at now into *view, anchoring it first if no one has and publishing a complete change:
-// TB_SHM_OK, or TB_SHM_EFOREIGN if its words are corrupt.
-tb_shm_status tb_shm_view_rate(tb_shm *seg, uint32_t index, tb_ns now, tb_shm_view *view);
+// Reads rate index at now into *view, anchoring it first if no one has and publishing a complete change,
+// spending *tries on retries: TB_SHM_OK, or TB_SHM_EFOREIGN if its words are corrupt or fought over.
+tb_shm_status tb_shm_view_rate(tb_shm *seg, uint32_t index, tb_ns now, tb_shm_view *view, int *tries);
 
 #endif

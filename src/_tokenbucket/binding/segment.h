@@ -503,7 +503,7 @@ static PyObject *segment_fit_at(PyObject *op, PyObject *const *args, Py_ssize_t 
 /* ---- pause and rates ---- */
 
 // pause_until(until): no grant before until, for every process (an earlier instant than the pause's changes
-// nothing); SegmentCorrupt where the header has no rates (not published, or foreign).
+// nothing); SegmentCorrupt where the header has no rates (not published, or foreign) or the pause is fought over.
 static PyObject *segment_pause_until(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     SegmentObject *self = (SegmentObject *)op;
@@ -516,9 +516,8 @@ static PyObject *segment_pause_until(PyObject *op, PyObject *const *args, Py_ssi
     tb_shm *seg = open_segment(self);
     if (seg == NULL)
         return NULL;
-    if (!mapped_whole(self) || segment_nrates(seg) == 0)
+    if (!mapped_whole(self) || segment_nrates(seg) == 0 || tb_shm_pause_until(seg, until) != TB_SHM_OK)
         return segment_corrupt(self);
-    tb_shm_pause_until(seg, until);
     Py_RETURN_NONE;
 }
 
