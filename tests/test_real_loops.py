@@ -5,6 +5,7 @@ exact timing is checked on the virtual clock (test_scenarios.py)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -42,6 +43,28 @@ def test_big_request_keeps_its_place(lib, run):
         return await order_of_grants(limiter, [5] + [1] * 8, stagger=True)
 
     assert run(main()) == list(range(9))
+
+
+def test_a_newcomer_resumes_after_the_grants_before_it(lib, run):
+    """A grant made late (the loop held) resumes its task through the loop's queue; a newcomer whose step was
+    queued first, finding tokens left, waits behind that grant instead of taking them and running first."""
+    async def main() -> list[str]:
+        limiter = lib.Limiter(1000, 1, burst=10, initial=0)
+        order: list[str] = []
+
+        async def one(name: str) -> None:
+            await limiter.acquire()
+            order.append(name)
+
+        first = asyncio.create_task(one("first"))
+        await asyncio.sleep(0)  # queued: granted 1 ms from now
+        time.sleep(0.03)  # the loop held past its grant and ten more tokens (a blocking call, as a slow loop)
+        await asyncio.sleep(0)  # this task's step is queued ahead of the timer that grants it
+        newcomer = asyncio.create_task(one("newcomer"))
+        await asyncio.gather(first, newcomer)
+        return order
+
+    assert run(main()) == ["first", "newcomer"]
 
 
 def test_asynclimiter_wakes_smallest_first(lib, run):

@@ -162,13 +162,14 @@ class Bucket:
     """The limiter's engine: limits, waiter queue, clock and fast path. Subclasses configure it in
     __init__ and provide the wait as _wait(amount, timeout)."""
 
-    __slots__ = ("_core", "_configured", "_last_now", "_domain", "_lock")
+    __slots__ = ("_core", "_configured", "_last_now", "_domain", "_lock", "_resuming_loops")
 
     _core: _queue_py.Bucket
     _configured: bool  # _configure ran: until then nothing is granted
     _last_now: int | None  # the latest reading of the clock
     _domain: object  # the loop whose own clock core times are on; None: the monotonic clock
     _lock: threading.RLock  # held by every method that reads the clock or touches the core
+    _resuming_loops: int  # loops holding grants whose tasks have not resumed yet: fair newcomers wait behind them
 
     # provided by the subclass (aiotb._limiter.Limiter)
     _wait: Callable[[float, float | None], Awaitable[None]]  # the wait of a request that cannot be granted now
@@ -184,6 +185,7 @@ class Bucket:
         self._last_now = None
         self._domain = None
         self._lock = threading.RLock()
+        self._resuming_loops = 0
         return self
 
     @_locked
@@ -302,8 +304,9 @@ class Bucket:
 
     @_locked
     def _take_to_hold(self, amount: float) -> bool:
-        """Takes amount tokens now if a newcomer may, held if this is a window."""
-        if not self._core.take(amount, self._now()):
+        """Takes amount tokens now if a newcomer may, held if this is a window; a fair limiter's newcomer
+        waits behind grants whose tasks have not resumed yet."""
+        if self._resuming_loops and self._core.fair or not self._core.take(amount, self._now()):
             return False
         if self._holds_grants():
             self._core.hold(amount)
@@ -311,8 +314,8 @@ class Bucket:
 
     @_locked
     def _take(self, amount: float) -> bool:
-        """Takes amount tokens now if a newcomer may."""
-        return self._core.take(amount, self._now())
+        """Takes amount tokens now if a newcomer may (on a fair limiter: no grant waits for its task to resume)."""
+        return not (self._resuming_loops and self._core.fair) and self._core.take(amount, self._now())
 
     def __aexit__(self, *exc_info: object) -> Awaitable[None]:
         """A window's held token leaves it a period from now; else gives nothing back, as tokens pace starts."""
@@ -526,3 +529,11 @@ class Bucket:
     def _share_busy(self, busy: bool, /) -> None:
         """See _share."""
         raise RuntimeError("the pure-Python engine cannot share a segment")
+
+    @_locked
+    def _resuming(self, delta: int, /) -> None:
+        """One loop more (1) or less (-1) holds grants whose tasks have not resumed; while any does,
+        ``async with`` and acquire() on a fair limiter wait behind them instead of taking at once."""
+        if isinstance(delta, bool) or delta not in (1, -1) or self._resuming_loops + delta < 0:
+            raise ValueError(f"_resuming() takes 1 or -1 (and never below 0), got {delta!r}")
+        self._resuming_loops += delta

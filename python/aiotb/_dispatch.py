@@ -24,6 +24,7 @@ grants it all at once, for far less CPU than a wake-up per grant. A virtual or p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from asyncio import events
@@ -47,7 +48,7 @@ class Dispatcher:
     """The waiters of one limiter on ``loop``, and the timer that wakes the first of them."""
 
     __slots__ = ("owners", "loop", "_timer", "_timer_at", "_wake_pending", "_posted", "_posted_lock", "_precise",
-                 "_precise_tried")
+                 "_precise_tried", "_unresumed")
 
     def __init__(self, owners: Owners, loop: asyncio.AbstractEventLoop) -> None:
         self.owners: Owners = owners
@@ -59,6 +60,7 @@ class Dispatcher:
         self._posted_lock = threading.Lock()
         self._precise: PreciseTimer | None = None  # opened at the first short wait, if this loop can watch it
         self._precise_tried = False
+        self._unresumed = 0  # grants resolved here whose tasks have not resumed: their wake-ups are queued
 
     async def wait(self, bucket: Bucket, amount: float, timeout: float | None) -> None:
         """Queues a request for amount tokens of bucket (the limiter: its caller holds it, where the
@@ -72,19 +74,22 @@ class Dispatcher:
         all together: a burst over the bound where the server sees it."""
         owners, loop = self.owners, self.loop
         granted: asyncio.Future[None] = loop.create_future()
+        ahead = self._unresumed  # granted before this request came, and not resumed yet
         ident = bucket._enqueue(amount, timeout, granted, self)
         try:
             if self._timer_at is None or not owners.queued_last:
                 first = self.dispatch()
             else:  # queued last, behind a waiter of this loop: its timer stands, even overdue (the loop busy)
                 first = None
-            if granted.done() and first is not granted:
-                # granted in this same pass behind others (the loop ran late): their tasks, woken
-                # first, resume first, as their grants came first
+            if granted.done() and (ahead or first is not granted):
+                # granted at once, behind grants whose tasks have not resumed (the loop ran late): their
+                # tasks, woken first, resume first, as their grants came first
                 await asyncio.sleep(0)
             await granted
+            self.resumed()
         except BaseException:  # cancelled, interrupted, failed by a change of the limits, or destroyed
             if granted.done() and not granted.cancelled() and granted.exception() is None:
+                self.resumed()
                 bucket._refund(amount)  # granted, but its task will never use it
                 owners.retime(self)
             elif bucket._withdraw(ident):
@@ -155,10 +160,26 @@ class Dispatcher:
                 bucket._refund(amount)
                 given_back = True
             else:
+                if not self._unresumed:
+                    bucket._resuming(1)
+                self._unresumed += 1
                 waiter.set_result(None)
                 if first is None:
                     first = waiter
         return first, given_back
+
+    def not_resuming(self, granted: asyncio.Future[None]) -> None:
+        """A reservation's grant, resolved here: no task is queued to resume with it."""
+        if not granted.cancelled() and granted.exception() is None and not self.loop.is_closed():
+            with contextlib.suppress(ReferenceError):  # the limiter is gone, and its count with it
+                self.resumed()
+
+    def resumed(self) -> None:
+        """A task whose grant this loop resolved has resumed (or never will): newcomers need not wait
+        behind it."""
+        self._unresumed -= 1
+        if not self._unresumed:
+            self.owners.bucket._resuming(-1)
 
     def _arm(self, at: float | None, woke_for: float | None) -> None:
         """Keeps the one timer on at (None: no timer): the precise timer for a short wait, if this
@@ -242,7 +263,11 @@ class Dispatcher:
         return True
 
     def close(self) -> None:
-        """Stops the timer and closes the precise one: the loop closed."""
+        """Stops the timer and closes the precise one: the loop closed, and no grant of it will resume."""
+        if self._unresumed:
+            self._unresumed = 0
+            with contextlib.suppress(ReferenceError):  # the limiter is gone
+                self.owners.bucket._resuming(-1)
         if self._timer is not None:
             self._stop(self._timer)
         self._timer = self._timer_at = None

@@ -374,6 +374,7 @@ class Limiter(Bucket):
         ``r.cancel()`` gives the place (or the tokens) back."""
         dispatcher = self._owners.dispatcher()
         granted = dispatcher.loop.create_future()
+        granted.add_done_callback(dispatcher.not_resuming)  # its holder awaits it when it likes, or never
         ident, ready_at = self._reserve(amount, granted, dispatcher)
         dispatcher.dispatch()
         return Reservation(self, ident, float(amount), granted, ready_at, dispatcher)

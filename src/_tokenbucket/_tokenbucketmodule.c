@@ -89,7 +89,7 @@ static PyObject *bucket_configure(PyObject *op, PyObject *const *args, Py_ssize_
     int fair = PyObject_IsTrue(args[2]), smallest_first = PyObject_IsTrue(args[3]);
     if (fair < 0 || smallest_first < 0)
         return NULL;
-    tb_bucket core;
+    tb_bucket core = {0};  /* configure_core's failures release it, set or not */
     if (configure_core(&core, args[0], args[1], fair, smallest_first ? TB_SMALLEST_FIRST : TB_FIFO) < 0)
         return NULL;
     tb_set_late_credit(&core, LATE_CREDIT_TOKENS);

@@ -142,7 +142,7 @@ static PySendResult acquisition_send(PyObject *op, PyObject *arg, PyObject **res
             *result = NULL;
             return PYGEN_ERROR;
         }
-        int taken = newcomer_take(bucket, self->amount, now);
+        int taken = bucket->resuming && bucket->core.fair ? 0 : newcomer_take(bucket, self->amount, now);
         if (taken != 0) {
             *result = taken > 0 ? Py_NewRef(Py_None) : NULL;
             return taken > 0 ? PYGEN_RETURN : PYGEN_ERROR;

@@ -115,6 +115,7 @@ typedef struct {
     PyObject *segment;  /* the Segment newcomers take from (shared.h), or NULL: the core's own limits */
     PyObject *shared_error; /* with a segment: the exception class for a corrupt one (aiotb.StoreCorrupt) */
     bool shared_busy;   /* with a segment: a waiter of this process is queued (the Python layer says) */
+    int resuming;       /* loops holding grants whose tasks have not resumed yet: fair newcomers wait behind them */
     PyObject *entry;    /* __aenter__ bound to this bucket, kept from its first lookup (bound.h), or NULL */
     PyObject *exit;     /* __aexit__, the same way */
 } BucketObject;
