@@ -155,7 +155,7 @@ FLATTEN static PyObject *bucket_aenter(PyObject *op, PyObject *Py_UNUSED(ignored
         return not_configured(self), NULL;
     if (bucket_now(self, &now) < 0)
         return NULL;
-    int taken = newcomer_take(self, 1.0, now);
+    int taken = self->resuming && self->core.fair ? 0 : newcomer_take(self, 1.0, now);
     if (taken < 0)
         return NULL;
     if (taken) {
@@ -319,6 +319,22 @@ static PyObject *bucket_as_good_as_new(PyObject *op, PyObject *Py_UNUSED(ignored
     return PyBool_FromLong(tb_as_good_as_new(&self->core, now));
 }
 
+// _resuming(delta): one loop more (1) or less (-1) holds grants whose tasks have not resumed; while any
+// does, `async with` and acquire() on a fair limiter wait behind them instead of taking at once. None, or
+// NULL with ValueError.
+static PyObject *bucket_resuming(PyObject *op, PyObject *delta)
+{
+    BucketObject *self = (BucketObject *)op;
+    long step = PyLong_Check(delta) ? PyLong_AsLong(delta) : 0;
+    if ((step != 1 && step != -1) || self->resuming + step < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "_resuming() takes 1 or -1 (and never below 0), got %R", delta);
+        return NULL;
+    }
+    self->resuming += (int)step;
+    Py_RETURN_NONE;
+}
+
 static PyObject *bucket_get_tokens(PyObject *op, void *closure)
 {
     (void)closure;
@@ -370,6 +386,7 @@ static PyMethodDef bucket_methods[] = {
     {"_as_good_as_new", bucket_as_good_as_new, METH_NOARGS, NULL},
     {"_share", (PyCFunction)(void (*)(void))bucket_share, METH_FASTCALL, NULL},
     {"_share_busy", bucket_share_busy, METH_O, NULL},
+    {"_resuming", bucket_resuming, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
 
