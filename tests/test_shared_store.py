@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -21,6 +23,8 @@ import pytest
 import aiotb
 from aiotb import Limiter, SharedMemoryStore, StoreCorrupt, WindowLimiter
 from aiotb import _tokenbucket  # noqa: F401  (a failing C import must fail these tests)
+from aiotb._store_shm import JOIN_WAIT
+from aiotb._tokenbucket import SHM_OK, Segment
 from shm_workers import logged, take_until, try_until
 from spawned import JOIN, SPAWN, excess, run_workers
 from virtual_loop import VirtualClockLoop
@@ -62,7 +66,9 @@ def test_processes_must_agree_on_the_rates(name: str) -> None:
 
 
 def test_a_foreign_object_is_store_corrupt(name: str) -> None:
-    Path(f"/dev/shm/{name}").write_bytes(b"not a limiter" * 100)
+    descriptor = os.open(f"/dev/shm/{name}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(descriptor, b"not a limiter" * 100)
+    os.close(descriptor)
     with pytest.raises(StoreCorrupt, match="not an aiotb limiter"):
         Limiter(100, 1, store=SharedMemoryStore(name))
 
@@ -76,6 +82,107 @@ def test_a_segment_corrupted_in_use_grants_nothing(name: str) -> None:
         limiter.try_acquire()
     with pytest.raises(StoreCorrupt):
         limiter.tokens
+
+
+# ---- who may be joined ----
+
+def test_an_object_wider_than_asked_is_refused(name: str) -> None:
+    squatted = Segment(f"/{name}", 0o666)  # published with the very rates, readable and writable by all
+    assert squatted.create([(1e7, 10.0, 10.0)]) == SHM_OK
+    with pytest.raises(PermissionError, match=rf"mode 0o666, owned by uid {os.geteuid()}.*mode=0o666"):
+        Limiter(100, 1, burst=10, store=SharedMemoryStore(name))
+    assert squatted.tokens(Segment.now()) == 10  # nothing taken from it
+    assert Limiter(100, 1, burst=10, store=SharedMemoryStore(name, mode=0o666)).try_acquire()  # asked: joins
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving an object to another user takes root")
+def test_another_users_object_is_refused_unless_trusted(name: str) -> None:
+    Limiter(100, 1, burst=10, store=SharedMemoryStore(name))
+    os.chown(f"/dev/shm/{name}", 65534, 65534)  # as if nobody had created it first
+    with pytest.raises(PermissionError, match=r"mode 0o600, owned by uid 65534.*trusted_uids=\(65534,\)"):
+        Limiter(100, 1, burst=10, store=SharedMemoryStore(name))
+    assert Limiter(100, 1, burst=10, store=SharedMemoryStore(name, trusted_uids=[65534])).try_acquire()
+
+
+AS_NOBODY = """
+import os, sys
+from aiotb import Limiter, SharedMemoryStore
+from aiotb._tokenbucket import Segment
+name = sys.argv[1]
+os.setgid(65534)
+os.setuid(65534)
+try:
+    Segment("/" + name)
+except PermissionError:
+    print("denied", flush=True)
+try:
+    limiter = Limiter(100, 1, burst=10, store=SharedMemoryStore(name, mode=0o666, trusted_uids=[0]))
+except PermissionError as error:
+    print("PermissionError:", error)
+else:
+    print("joined" if limiter.try_acquire() else "nothing granted")
+"""
+
+
+def as_nobody(name: str, meanwhile: Any = None) -> list[str]:
+    """What a limiter of nobody's on name says (meanwhile() run once it has met the object denied)."""
+    child = subprocess.Popen([sys.executable, "-c", AS_NOBODY, name], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    assert child.stdout is not None
+    lines = [child.stdout.readline().strip()]
+    if meanwhile is not None:
+        meanwhile()
+    out, err = child.communicate(timeout=JOIN)
+    assert child.returncode == 0, err
+    return lines + out.strip().splitlines()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a process of another user takes root to start")
+def test_a_joiner_waits_while_another_users_object_is_being_set_up(name: str) -> None:
+    being_set_up = Segment(f"/{name}", 0o600)  # as its creator holds it before giving it its mode
+
+    def set_up() -> None:
+        time.sleep(0.3)  # the joiner is waiting by now (within its JOIN_WAIT of 2 s)
+        os.chmod(f"/dev/shm/{name}", 0o666)
+        assert being_set_up.create([(1e7, 10.0, 10.0)]) == SHM_OK
+
+    assert as_nobody(name, set_up) == ["denied", "joined"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a process of another user takes root to start")
+def test_another_users_object_never_opened_is_a_permission_error_naming_it(name: str) -> None:
+    Segment(f"/{name}", 0o600).create([(1e7, 10.0, 10.0)])
+    started = time.monotonic()
+    said = as_nobody(name)
+    assert said[0] == "denied" and said[1].startswith("PermissionError:"), said
+    assert "may not open (mode 0o600, owned by uid 0)" in said[1]
+    assert time.monotonic() - started < JOIN_WAIT + 10  # waited its window, then gave up
+
+
+@pytest.mark.parametrize("bad, error", [(65534, TypeError), (["x"], TypeError), ([True], TypeError),
+                                        ([-1], ValueError), ([2**32], ValueError)])
+def test_bad_trusted_uids_are_refused(bad: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="trusted_uids"):
+        SharedMemoryStore("x", trusted_uids=bad)
+
+
+def test_rates_a_segment_cannot_hold_are_refused_before_the_name_is_made(name: str) -> None:
+    period = 2**56 / 1e9  # a full refill of 2**56 ns: in the engine's range, not in a segment's
+    with pytest.raises(ValueError, match=r"refills in 2\*\*56 ns.*2\*\*55"):
+        Limiter(1, period, store=SharedMemoryStore(name))
+    assert not Path(f"/dev/shm/{name}").exists()
+    started = time.monotonic()
+    assert Limiter(1, 1, store=SharedMemoryStore(name)).try_acquire()  # the name is free: no wait
+    assert time.monotonic() - started < JOIN_WAIT
+
+
+def test_a_create_that_fails_leaves_no_name(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiotb import _store_shm
+
+    monkeypatch.setattr(_store_shm, "_SEGMENT_SPAN", 2**58)  # past the Python check: the C refusal
+    with pytest.raises(ValueError, match="cannot hold"):
+        Limiter(1, 2**56 / 1e9, store=SharedMemoryStore(name))
+    assert not Path(f"/dev/shm/{name}").exists()
 
 
 def test_unlink_starts_afresh(name: str) -> None:

@@ -105,12 +105,18 @@ class SegmentCorrupt(RuntimeError):
 
 @final
 class Segment:
-    """A shared limiter's segment: the named POSIX shared-memory object ``name``, mapped (created with ``mode``
-    and sized if there was none). Every instant is an int of nanoseconds on CLOCK_MONOTONIC."""
+    """A shared limiter's segment: the named POSIX shared-memory object ``name``, mapped (created with ``mode``,
+    exactly, and sized if there was none). Every instant is an int of nanoseconds on CLOCK_MONOTONIC."""
     def __new__(cls, name: str, mode: int = 0o600) -> Self: ...
     @property
     def created(self) -> bool:
         """Whether this object created the shared-memory object."""
+    @property
+    def owner(self) -> int:
+        """The uid that owned the shared-memory object when it was opened."""
+    @property
+    def mode(self) -> int:
+        """The object's permission bits when it was opened."""
     def create(self, rates: Sequence[tuple[float, float, float]]) -> int:
         """Fills and publishes the segment this object created, with rates ((ns_per_token, burst, initial), 1 to
         4 of them); returns the status (SHM_OK, SHM_EINVAL, SHM_EFOREIGN)."""

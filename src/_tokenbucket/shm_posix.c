@@ -9,7 +9,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int tb_shm_map(const char *name, tb_shm_mapping *m)
+// Gives the object just created on fd its mode and size; 0 or an errno value.
+static int set_up(int fd, mode_t mode)
+{
+    if (fchmod(fd, mode) != 0 || ftruncate(fd, sizeof(tb_shm)) != 0)
+        return errno;
+    return 0;
+}
+
+int tb_shm_map(const char *name, mode_t mode, tb_shm_mapping *m)
 {
     *m = (tb_shm_mapping){0};
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -18,20 +26,19 @@ int tb_shm_map(const char *name, tb_shm_mapping *m)
         fd = shm_open(name, O_RDWR, 0);
     if (fd < 0)
         return errno;
-    int error = 0;
+    int error = created ? set_up(fd, mode) : 0;
     struct stat st;
-    if (created && ftruncate(fd, sizeof(tb_shm)) != 0)
+    if (error == 0 && fstat(fd, &st) != 0)
         error = errno;
-    else if (fstat(fd, &st) != 0)
-        error = errno;
-    else if (st.st_size == 0)
+    else if (error == 0 && st.st_size == 0)
         error = EAGAIN;  /* its creator has not sized it yet */
     if (error == 0) {
         void *mem = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (mem == MAP_FAILED)
             error = errno;
         else
-            *m = (tb_shm_mapping){.seg = mem, .len = (size_t)st.st_size, .created = created};
+            *m = (tb_shm_mapping){.seg = mem, .len = (size_t)st.st_size, .created = created, .owner = st.st_uid,
+                                  .mode = st.st_mode & 07777};
     }
     if (error != 0 && created)
         shm_unlink(name);  /* nothing was published under it */

@@ -52,7 +52,7 @@ static void child(board *b, int self)
 {
     tb_shm_mapping m;
     int error;
-    while ((error = tb_shm_map(name, &m)) == EAGAIN)
+    while ((error = tb_shm_map(name, 0600, &m)) == EAGAIN)
         ;
     if (error != 0 || tb_shm_join(m.seg, m.len, 1, &RATE) != TB_SHM_OK)
         _exit(1);
@@ -123,7 +123,7 @@ static void test_a_child_killed_anywhere(void)
         snprintf(name, sizeof name, "/aiotb-test-%ld-%d", (long)getpid(), round);
         tb_shm_unlink(name);  /* left by a failed run whose pid this one reuses */
         tb_shm_mapping m;
-        CHECK(tb_shm_map(name, &m) == 0 && m.created && tb_shm_create(m.seg, m.len, 1, &RATE) == TB_SHM_OK);
+        CHECK(tb_shm_map(name, 0600, &m) == 0 && m.created && tb_shm_create(m.seg, m.len, 1, &RATE) == TB_SHM_OK);
         memset(b, 0, sizeof *b);
         pid_t pids[CHILDREN];
         for (int c = 0; c < CHILDREN; c++) {
@@ -166,8 +166,8 @@ static void test_mapping_by_name(void)
     snprintf(name, sizeof name, "/aiotb-test-%ld-map", (long)getpid());
     tb_shm_unlink(name);
     tb_shm_mapping first, second;
-    CHECK(tb_shm_map(name, &first) == 0 && first.created && first.len == sizeof(tb_shm));
-    CHECK(tb_shm_map(name, &second) == 0 && !second.created && second.len == sizeof(tb_shm));
+    CHECK(tb_shm_map(name, 0600, &first) == 0 && first.created && first.len == sizeof(tb_shm));
+    CHECK(tb_shm_map(name, 0600, &second) == 0 && !second.created && second.len == sizeof(tb_shm));
     CHECK(tb_shm_join(second.seg, second.len, 1, &RATE) == TB_SHM_ENOTREADY);
     CHECK(tb_shm_create(first.seg, first.len, 1, &RATE) == TB_SHM_OK);
     CHECK(tb_shm_join(second.seg, second.len, 1, &RATE) == TB_SHM_OK);

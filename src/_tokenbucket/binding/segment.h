@@ -16,20 +16,18 @@
 #define AIOTB_HAS_SEGMENT 1
 
 #include <errno.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "../shm_posix.h"
 
-#define SEGMENT_DEFAULT_MODE 0600  /* what tb_shm_map creates an object with */
+#define SEGMENT_DEFAULT_MODE 0600  /* the mode of an object created when none is asked for */
 
 typedef struct {
     PyObject_HEAD
     tb_state *state;         /* borrowed: the type keeps its module alive */
     tb_shm_mapping mapping;  /* seg is NULL once closed */
     bool created;            /* this object created the shared-memory object */
+    uid_t owner;             /* the object's owner and permission bits when opened (kept once closed) */
+    mode_t mode;
 } SegmentObject;
 
 /* ---- arguments ---- */
@@ -232,19 +230,6 @@ COLD static PyObject *segment_failed(SegmentObject *self, tb_shm_status status, 
     return NULL;
 }
 
-// Gives the object just created the permissions mode, exactly (no umask); 0 or an errno value. Until then it has
-// tb_shm_map's 0600: another user who opens it in between gets EACCES. Should this fail, the object stays, sized
-// and unpublished, as if its creator had died there.
-static int segment_chmod(const char *name, mode_t mode)
-{
-    int fd = shm_open(name, O_RDWR, 0);
-    if (fd < 0)
-        return errno;
-    int error = fchmod(fd, mode) == 0 ? 0 : errno;
-    close(fd);
-    return error;
-}
-
 // Raises the OSError of errno value error for the object called name; returns NULL.
 COLD static PyObject *segment_os_error(int error, PyObject *name)
 {
@@ -252,8 +237,9 @@ COLD static PyObject *segment_os_error(int error, PyObject *name)
     return PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, name);
 }
 
-// Segment(name, mode=0o600): maps the object called name, creating it (with mode) and sizing it if there is
-// none. Returns a new Segment, or NULL with OSError (BlockingIOError while its creator has not sized it).
+// Segment(name, mode=0o600): maps the object called name, creating it (with mode exactly: no umask) and sizing
+// it if there is none. Returns a new Segment, or NULL with OSError (BlockingIOError while its creator has not
+// sized it, PermissionError for an object this user may not open: one of another user's still being set up).
 static PyObject *segment_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"name", "mode", NULL};
@@ -268,13 +254,9 @@ static PyObject *segment_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     if (st == NULL)
         return NULL;
     tb_shm_mapping mapping;
-    int error = tb_shm_map(name, &mapping);
-    if (error == 0 && mapping.created && mode != SEGMENT_DEFAULT_MODE)
-        error = segment_chmod(name, (mode_t)mode);
-    if (error != 0) {
-        tb_shm_unmap(&mapping);
+    int error = tb_shm_map(name, (mode_t)mode, &mapping);
+    if (error != 0)
         return segment_os_error(error, name_object);
-    }
     SegmentObject *self = (SegmentObject *)type->tp_alloc(type, 0);
     if (self == NULL) {
         tb_shm_unmap(&mapping);
@@ -283,6 +265,8 @@ static PyObject *segment_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     self->state = st;
     self->mapping = mapping;
     self->created = mapping.created;
+    self->owner = mapping.owner;
+    self->mode = mapping.mode;
     return (PyObject *)self;
 }
 
@@ -306,6 +290,18 @@ static PyObject *segment_close(PyObject *op, PyObject *Py_UNUSED(ignored))
 static PyObject *segment_get_created(PyObject *op, void *Py_UNUSED(closure))
 {
     return PyBool_FromLong(((SegmentObject *)op)->created);
+}
+
+// owner: the uid that owned the shared-memory object when it was opened.
+static PyObject *segment_get_owner(PyObject *op, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLong(((SegmentObject *)op)->owner);
+}
+
+// mode: the object's permission bits when it was opened.
+static PyObject *segment_get_mode(PyObject *op, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLong(((SegmentObject *)op)->mode);
 }
 
 /* ---- publication ---- */
@@ -649,6 +645,8 @@ static PyMethodDef segment_methods[] = {
 
 static PyGetSetDef segment_getset[] = {
     {"created", segment_get_created, NULL, "Whether this object created the shared-memory object.", NULL},
+    {"owner", segment_get_owner, NULL, "The uid that owned the shared-memory object when it was opened.", NULL},
+    {"mode", segment_get_mode, NULL, "The object's permission bits when it was opened.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -659,7 +657,7 @@ static PyType_Slot segment_slots[] = {
     {Py_tp_getset, segment_getset},
     {Py_tp_doc, (void *)"Segment(name, mode=0o600)\n--\n\n"
                         "A shared limiter's segment: the named POSIX shared-memory object name, mapped (created "
-                        "with mode and sized if there was none)."},
+                        "with mode, exactly, and sized if there was none)."},
     {0, NULL},
 };
 
