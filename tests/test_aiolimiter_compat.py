@@ -1,10 +1,13 @@
-"""aiotb.AsyncLimiter as a drop-in for aiolimiter.AsyncLimiter 1.2.1, checked against aiolimiter itself.
+"""aiotb.AsyncLimiter as a drop-in for aiolimiter.AsyncLimiter, checked against aiolimiter itself: the version
+the test extra pins (1.3.0).
 
-Three angles: random schedules replayed on both limiters give the same grant times;
-the public surface behaves like aiolimiter's; and tests in aiolimiter's own manner,
-which patch ``time`` on a real running loop and move a fake clock by hand, pass on aiotb.
-Deliberate differences are left out: aiotb rejects amounts <= 0, and it grants a
-woken waiter its tokens at once, so a newcomer in the same loop iteration cannot take them."""
+Four angles: random schedules replayed on both limiters give the same grant times;
+the public surface behaves like aiolimiter's; tests in aiolimiter's own manner,
+which patch ``time`` on a real running loop and move a fake clock by hand, pass on aiotb;
+and aiolimiter's own tests, taken from its sdist, pass with its limiter replaced by aiotb's.
+Deliberate differences are left out: aiotb's has_capacity() rejects an amount below 0 (aiolimiter
+answers True), and aiotb grants a woken waiter its tokens at once, so a newcomer in the same loop
+iteration cannot take them."""
 
 from __future__ import annotations
 
@@ -12,10 +15,16 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
+import importlib.metadata
 import math
+import os
+import subprocess
+import sys
+import tarfile
 import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Iterator
 from unittest import mock
 
@@ -27,7 +36,7 @@ from virtual_loop import VirtualClockLoop
 
 TOLERANCE = 1e-6  # s: aiolimiter's float leaky bucket against aiotb's integer nanoseconds
 REUSE_WARNING = "This AsyncLimiter instance is being re-used across loops."
-OVER_CAPACITY = "Can't acquire more than the maximum capacity"
+OUT_OF_RANGE = "Amount must be a number between 0 and the maximum capacity"
 
 Run = Callable[[Awaitable[Any]], Any]
 CREEP = 1e-12  # s the clock moves on each reading; far below TOLERANCE, above a float's step at these times
@@ -350,8 +359,10 @@ def test_async_with_does_not_swallow_exceptions(lib, mrun):
             mrun(body(cls))
 
 
-@pytest.mark.parametrize(("max_rate", "amount"), [(1, 42), (7.5, 7.6), (10, 10.000001)])
-def test_over_capacity_error(lib, mrun, max_rate, amount):
+@pytest.mark.parametrize(("max_rate", "amount"), [
+    (1, 42), (7.5, 7.6), (10, 10.000001), (1, math.inf), (1, -1), (1, -1e-300), (1, -math.inf), (1, math.nan),
+])
+def test_amount_out_of_range_error(lib, mrun, max_rate, amount):
     async def error(cls: type) -> ValueError:
         with pytest.raises(ValueError) as caught:
             await cls(max_rate).acquire(amount)
@@ -359,7 +370,43 @@ def test_over_capacity_error(lib, mrun, max_rate, amount):
 
     theirs, ours = mrun(error(aiolimiter.AsyncLimiter)), mrun(error(lib.AsyncLimiter))
     assert type(ours) is type(theirs) is ValueError
-    assert ours.args == theirs.args == (OVER_CAPACITY,)
+    assert ours.args == theirs.args == (OUT_OF_RANGE,)
+
+
+def test_acquire_zero_returns_at_once_and_takes_nothing(lib, mrun):
+    async def zero_amid_a_waiter(cls: type) -> list[Any]:
+        loop, limiter = asyncio.get_running_loop(), cls(1, 1)
+        await limiter.acquire()  # empty: a token a second
+        waiter = asyncio.ensure_future(limiter.acquire())
+        await asyncio.sleep(0.25)
+        out: list[Any] = [await limiter.acquire(0), await limiter.acquire(amount=0.0), loop.time()]
+        out.append(limiter.has_capacity(0))
+        await waiter
+        out.append(loop.time())
+        return out
+
+    reference = mrun(zero_amid_a_waiter(aiolimiter.AsyncLimiter))
+    assert reference[:4] == [None, None, pytest.approx(0.25, abs=TOLERANCE), True]
+    assert reference[4] == pytest.approx(1.0, abs=TOLERANCE)
+    ours = mrun(zero_amid_a_waiter(lib.AsyncLimiter))
+    assert ours[:2] + ours[3:4] == [None, None, True]
+    assert ours[2::2] == pytest.approx(reference[2::2], abs=TOLERANCE)
+
+
+def test_acquire_blocking_zero_returns_at_once(lib):
+    limiter = lib.AsyncLimiter(1, 60)
+    limiter.acquire_blocking()
+    started = time.monotonic()
+    assert limiter.acquire_blocking(0) is None
+    assert time.monotonic() - started < 30  # the next token is 60 s away
+    with pytest.raises(ValueError) as caught:
+        limiter.acquire_blocking(-1)
+    assert caught.value.args == (OUT_OF_RANGE,)
+
+
+def test_limiter_still_rejects_amount_zero(lib):
+    with pytest.raises(ValueError, match="amount must be finite and > 0, got 0"):
+        lib.Limiter(1, 1).acquire(0)
 
 
 def test_acquire_exactly_max_rate_is_allowed(lib, mrun):
@@ -392,6 +439,52 @@ def test_reuse_across_loops_with_waiters_warns(lib):
         assert asyncio.run(leave_waiters()) == 1, name  # and no warning: filterwarnings = error
         with pytest.warns(RuntimeWarning, match=REUSE_WARNING):
             assert asyncio.run(leave_waiters()) == 0, name
+
+
+# ---- aiolimiter's own tests, from the sdist of the version installed, on aiotb's limiter ----
+
+AIOLIMITER = importlib.metadata.version("aiolimiter")
+AS_AIOLIMITER = "from aiotb import AsyncLimiter\n\n__all__ = [\"AsyncLimiter\"]\n"
+ITS_CONFIG = "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
+ITS_OWN_VERSION_TEST = "test_version"  # its version against its git checkout: not about the limiter
+
+
+@pytest.fixture(scope="session")
+def aiolimiter_sdist(pytestconfig: pytest.Config) -> Path:
+    """aiolimiter's sdist of the installed version, downloaded once into pytest's cache."""
+    cache = pytestconfig.cache.mkdir(f"aiolimiter-{AIOLIMITER}-sdist")
+    found = sorted(cache.glob("aiolimiter-*.tar.gz"))
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                        "-d", str(cache), f"aiolimiter=={AIOLIMITER}"], check=True, timeout=300)
+        found = sorted(cache.glob("aiolimiter-*.tar.gz"))
+    assert [path.name for path in found] == [f"aiolimiter-{AIOLIMITER}.tar.gz"]
+    return found[0]
+
+
+def test_aiolimiters_own_tests_pass_on_aiotb(lib, aiolimiter_sdist, tmp_path):
+    with tarfile.open(aiolimiter_sdist) as sdist:
+        sdist.extractall(tmp_path, filter="data")
+    tests = tmp_path / f"aiolimiter-{AIOLIMITER}" / "tests"
+    shim = tmp_path / "shim" / "aiolimiter"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text(AS_AIOLIMITER)
+    (tmp_path / "pytest.ini").write_text(ITS_CONFIG)
+    env = {**os.environ, "PYTHONPATH": str(shim.parent)}
+    env.pop("AIOTB_NO_EXTENSIONS", None)
+    if lib.name == "python":
+        env["AIOTB_NO_EXTENSIONS"] = "1"
+    probe = "import aiolimiter, aiotb; print(aiolimiter.AsyncLimiter is aiotb.AsyncLimiter, aiotb.IMPLEMENTATION)"
+    imported = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert imported.stdout.split() == ["True", lib.name], imported.stderr
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(tmp_path / "pytest.ini"),
+         "--rootdir", str(tests.parent), "-k", f"not {ITS_OWN_VERSION_TEST}", str(tests)],
+        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    report = f"{summary}\n{result.stdout[-4000:]}\n{result.stderr[-2000:]}"
+    assert result.returncode == 0, report
+    assert " passed" in summary and not any(word in summary for word in ("failed", "error", "skipped")), report
 
 
 # ---- aiolimiter's style: a real loop whose time() is patched and moved by hand ----

@@ -338,7 +338,7 @@ def test_bad_timeouts(lib, vrun, timeout, error):
 
 def test_asynclimiter_keeps_aiolimiters_error_and_signature(lib):
     limiter = lib.AsyncLimiter(1)
-    with pytest.raises(ValueError, match="^Can't acquire more than the maximum capacity$"):
+    with pytest.raises(ValueError, match="^Amount must be a number between 0 and the maximum capacity$"):
         limiter.acquire(42)
     with pytest.raises(TypeError, match="takes no timeout"):
         limiter.acquire(1, timeout=1)

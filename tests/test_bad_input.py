@@ -213,11 +213,14 @@ AMOUNT_TABLE: dict[str, Any] = {
     "11": (ValueError, r"^amount must not exceed burst \(10\.0\), got 11$"),  # above burst
 }
 AMOUNTS = dict(VALUES, **{"11": 11})
-# AsyncLimiter keeps aiolimiter's words for amounts above capacity (they do not name the
-# parameter: aiolimiter's users match on them), and its has_capacity answers False there.
-CAPACITY = (ValueError, r"^Can't acquire more than the maximum capacity$")
-ASYNC_AMOUNT_TABLE = dict(AMOUNT_TABLE, **{key: CAPACITY for key in ("inf", "1e308", "10**400", "11")})
+# AsyncLimiter keeps aiolimiter 1.3.0's words for amounts above capacity (they do not name the
+# parameter: aiolimiter's users match on them), and its has_capacity answers False there; in its
+# acquire and has_capacity, as in aiolimiter's, the same words for amounts below 0, and 0 goes through.
+CAPACITY = (ValueError, r"^Amount must be a number between 0 and the maximum capacity$")
 ABOVE_CAPACITY = ("inf", "1e308", "10**400", "11")
+BELOW_ZERO = ("nan", "-inf", "-1", "-0.5")
+ASYNC_AMOUNT_TABLE = dict(AMOUNT_TABLE, **{key: CAPACITY for key in ABOVE_CAPACITY})
+AIOLIMITER_AMOUNT_TABLE = dict(ASYNC_AMOUNT_TABLE, **{key: CAPACITY for key in BELOW_ZERO})
 
 TIMEOUT_TABLE: dict[str, Any] = {
     "nan": (ValueError, r"^timeout must be None or >= 0, got nan$"),
@@ -275,9 +278,12 @@ def _amount_cases() -> list[Any]:
         for method in ("acquire", "try_acquire", "has_capacity"):
             for form in ("positional", "keyword"):
                 for key in AMOUNTS:
-                    outcome = outcomes[key]
-                    if kind == "AsyncLimiter" and method == "has_capacity" and key in ABOVE_CAPACITY:
+                    aiolimiters = kind == "AsyncLimiter" and method != "try_acquire"  # in aiolimiter's API
+                    outcome = AIOLIMITER_AMOUNT_TABLE[key] if aiolimiters else outcomes[key]
+                    if aiolimiters and method == "has_capacity" and key in ABOVE_CAPACITY:
                         outcome = "False"
+                    if aiolimiters and key == "zero":
+                        outcome = "True" if method == "has_capacity" else "at once"
                     cases.append(pytest.param(kind, method, form, key, outcome, id=f"{kind}.{method}-{form}-{key}"))
     return cases
 
@@ -292,11 +298,14 @@ def test_bad_amount_changes_nothing(lib, vrun, request, kind, method, form, key,
 
         def bad_call() -> Any:
             result = call(value) if form == "positional" else call(amount=value)
-            if outcome == "False":
-                assert result is False
+            if outcome in ("False", "True"):
+                assert result is (outcome == "True")
+            if outcome == "at once":  # done on its first step, taking nothing
+                with pytest.raises(StopIteration):
+                    result.send(None)
             return result
 
-        await _unchanged_by(limiter, bad_call, OK if outcome == "False" else outcome)
+        await _unchanged_by(limiter, bad_call, OK if outcome in ("False", "True", "at once") else outcome)
 
     vrun(main())
 
@@ -343,7 +352,8 @@ def test_valid_timeouts_behind_a_waiter(lib, vrun, key):
 @pytest.mark.parametrize("kind", ["Limiter", "AsyncLimiter"])
 def test_the_amount_is_checked_before_the_timeout(lib, kind):
     limiter = lib.Limiter(10, 1) if kind == "Limiter" else lib.AsyncLimiter(10, 1)
-    with pytest.raises(ValueError, match="^amount must be finite and > 0, got nan$"):
+    error, message = AMOUNT_TABLE["nan"] if kind == "Limiter" else CAPACITY
+    with pytest.raises(error, match=message):
         limiter.acquire(NAN, timeout="soon")
 
 
@@ -452,7 +462,7 @@ def test_a_default_amount_above_the_capacity_gets_the_limiters_own_error(lib, vr
         assert outcome is False
     else:
         assert isinstance(outcome, ValueError)
-        assert str(outcome) == "Can't acquire more than the maximum capacity"
+        assert str(outcome) == "Amount must be a number between 0 and the maximum capacity"
 
 
 def test_only_the_c_engine_shares_a_store(lib):

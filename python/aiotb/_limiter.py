@@ -422,10 +422,28 @@ class Limiter(Bucket):
             here.dispatch()
 
 
+OUT_OF_RANGE = "Amount must be a number between 0 and the maximum capacity"  # aiolimiter 1.3.0's ValueError
+
+
+def _granted_nothing(amount: object, error: ValueError) -> None:
+    """For Limiter's ``error`` about ``amount``, aiolimiter 1.3.0's answer: returns for 0, which it grants at
+    once; raises its ValueError for an amount below 0 or NaN, and ``error`` itself for any other."""
+    if isinstance(amount, (int, float)) and not isinstance(amount, bool) and not amount > 0:
+        if amount == 0:
+            return
+        raise ValueError(OUT_OF_RANGE) from None
+    raise error
+
+
+async def _nothing_to_take() -> None:
+    """What ``AsyncLimiter.acquire(0)`` returns: done at once, as aiolimiter's."""
+
+
 class AsyncLimiter(Limiter):
-    """Drop-in for ``aiolimiter.AsyncLimiter``: capacity max_rate, newcomers take free capacity
-    ahead of waiters, and waiters wake smallest amount first. Subclass it as aiolimiter users do:
-    an ``__init__`` of your own that calls ``super().__init__(max_rate, time_period)``."""
+    """Drop-in for ``aiolimiter.AsyncLimiter`` 1.3.0: capacity max_rate, newcomers take free capacity
+    ahead of waiters, waiters wake smallest amount first, and an amount of 0 goes through at once.
+    Subclass it as aiolimiter users do: an ``__init__`` of your own that calls
+    ``super().__init__(max_rate, time_period)``."""
 
     __slots__ = ()
     _warn_on_reuse = True
@@ -437,29 +455,41 @@ class AsyncLimiter(Limiter):
 
     def acquire(self, amount: float = 1, timeout: None = None) -> Coroutine[Any, Any, None]:  # type: ignore[override]
         """Waits for ``amount`` tokens (aiolimiter's ``acquire``: no timeout; ``Limiter`` has one)."""
+        try:
+            acquisition = super().acquire(amount, timeout)  # the amount, then the timeout, checked as Limiter does
+        except ValueError as error:
+            _granted_nothing(amount, error)
+            acquisition = _nothing_to_take()
         if timeout is None:
-            return super().acquire(amount)
-        super().acquire(amount, timeout).close()  # the amount, then the timeout, checked as Limiter does
+            return acquisition
+        acquisition.close()
         raise TypeError("AsyncLimiter.acquire() takes no timeout; use aiotb.Limiter for timeouts")
 
     def acquire_blocking(self, amount: float = 1, timeout: None = None) -> None:  # type: ignore[override]
         """Blocks the calling thread until ``amount`` tokens are granted (no timeout, as ``acquire``)."""
         if timeout is not None:
             self.acquire(amount, timeout)  # the amount checked, then TypeError for the timeout
-        super().acquire_blocking(amount)
+        try:
+            super().acquire_blocking(amount)
+        except ValueError as error:
+            _granted_nothing(amount, error)
 
     def has_capacity(self, amount: float = 1) -> bool:
         """Whether ``acquire(amount)`` would go through now; False above the capacity, as aiolimiter."""
         if isinstance(amount, (int, float)) and not isinstance(amount, bool) and amount > self.max_rate:
             return False
-        return super().has_capacity(amount)
+        try:
+            return super().has_capacity(amount)
+        except ValueError as error:
+            _granted_nothing(amount, error)
+            return True
 
     def reserve(self, amount: float = 1) -> Reservation:
         """Not in aiolimiter's API: use ``aiotb.Limiter`` for reservations."""
         raise TypeError("AsyncLimiter has no reservations; use aiotb.Limiter")
 
     def _over_capacity(self, amount: object) -> Exception:
-        return ValueError("Can't acquire more than the maximum capacity")
+        return ValueError(OUT_OF_RANGE)
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}) "
