@@ -1,6 +1,8 @@
-"""The C core under its fuzz harness (tests/fuzz/fuzz_tokenbucket.c).
+"""The C core and the shared segment's reader under their fuzz harnesses (tests/fuzz/fuzz_tokenbucket.c, and
+fuzz_segment.c: arbitrary bytes as a segment, a hostile writer between its accesses), each with its corpus
+(tests/fuzz/corpus/, tests/fuzz/segment_corpus/).
 
-Two tests:
+Two tests per harness:
 
 - the committed corpus (tests/fuzz/corpus/, including the inputs that once found bugs, named
   ``regress-*``) replayed by the harness built as a plain program with the system C compiler,
@@ -21,25 +23,39 @@ import shlex
 import shutil
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from profiles import LONG, size
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "src" / "_tokenbucket"
-HARNESS = ROOT / "tests" / "fuzz" / "fuzz_tokenbucket.c"
-SOURCES = [CORE / "queue.c", CORE / "limits.c"]
-CORPUS = ROOT / "tests" / "fuzz" / "corpus"
-FOUND = ROOT / "tests" / "fuzz" / "found"  # inputs a run found failing, kept past pytest's temporary folders
+FUZZ = ROOT / "tests" / "fuzz"
+FOUND = FUZZ / "found"  # inputs a run found failing, kept past pytest's temporary folders
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 EXECUTIONS = size(200_000, 10_000_000)
 FUZZERS = 2  # side by side: the machine's two cores
 
 
-def _compile(command: list[str], output: Path, *flags: str) -> None:
+class Harness(NamedTuple):
+    source: Path
+    sources: list[Path]   # the code under test it is linked with (the segment's includes the store)
+    corpus: Path
+    options: list[str]    # libFuzzer's, beyond the run's
+
+
+HARNESSES = {
+    "core": Harness(FUZZ / "fuzz_tokenbucket.c", [CORE / "queue.c", CORE / "limits.c"], FUZZ / "corpus", []),
+    # an input that takes 10 s is a retry loop without end
+    "segment": Harness(FUZZ / "fuzz_segment.c", [CORE / "limits.c"], FUZZ / "segment_corpus",
+                       ["-timeout=10", "-max_len=1400"]),
+}
+
+
+def _compile(command: list[str], harness: Harness, output: Path, *flags: str) -> None:
     build = subprocess.run(
         [*command, "-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Werror", *flags, f"-I{CORE}",
-         str(HARNESS), *map(str, SOURCES), "-lm", "-o", str(output)],
+         str(harness.source), *map(str, harness.sources), "-lm", "-o", str(output)],
         check=False, capture_output=True, text=True,
     )
     assert build.returncode == 0, f"compiling the fuzz harness failed:\n{build.stderr}"
@@ -52,30 +68,33 @@ def _clang() -> str | None:
     return None
 
 
-def test_corpus_replays_clean(tmp_path: Path) -> None:
-    inputs = sorted(CORPUS.iterdir())
+@pytest.mark.parametrize("harness", sorted(HARNESSES))
+def test_corpus_replays_clean(tmp_path: Path, harness: str) -> None:
+    inputs = sorted(HARNESSES[harness].corpus.iterdir())
     assert len(inputs) >= 20 and any(path.name.startswith("regress-") for path in inputs)
     binary = tmp_path / "replay"
-    _compile(shlex.split(os.environ.get("CC", "")) or ["cc"], binary, "-DFUZZ_REPLAY", *SANITIZE)
+    _compile(shlex.split(os.environ.get("CC", "")) or ["cc"], HARNESSES[harness], binary, "-DFUZZ_REPLAY",
+             *SANITIZE)
     run = subprocess.run([str(binary), *map(str, inputs)], check=False, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-5000:]
     assert run.stdout.strip() == f"replayed {len(inputs)} inputs"
 
 
-def test_libfuzzer_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("harness", sorted(HARNESSES))
+def test_libfuzzer_run(tmp_path: Path, harness: str) -> None:
     if os.environ.get("AIOTB_NO_FUZZ", "") not in ("", "0"):
         pytest.skip("AIOTB_NO_FUZZ is set")
     clang = _clang()
     assert clang, "no clang to build the libFuzzer harness (apt-get install clang), or set AIOTB_NO_FUZZ=1"
-    binary = tmp_path / "fuzz_tokenbucket"
-    _compile([clang], binary, "-fsanitize=fuzzer", *SANITIZE)
+    binary = tmp_path / f"fuzz_{harness}"
+    _compile([clang], HARNESSES[harness], binary, "-fsanitize=fuzzer", *SANITIZE)
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", LD_PRELOAD="")
     fuzzers = []
     for number in range(1, FUZZERS + 1):
         place = tmp_path / f"fuzzer-{number}"
         corpus = place / "corpus"
-        shutil.copytree(CORPUS, corpus)  # libFuzzer adds what it finds to the first directory: not ours
-        command = [str(binary), f"-runs={EXECUTIONS // FUZZERS}", "-print_final_stats=1",
+        shutil.copytree(HARNESSES[harness].corpus, corpus)  # libFuzzer adds what it finds to the first directory
+        command = [str(binary), f"-runs={EXECUTIONS // FUZZERS}", "-print_final_stats=1", *HARNESSES[harness].options,
                    f"-artifact_prefix={place}/", f"-seed={0 if LONG else number}", str(corpus)]
         with open(place / "stderr", "w") as log:  # a file, not a pipe: a full pipe would stop its fuzzer
             fuzzers.append((place, subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, env=env,
@@ -96,5 +115,5 @@ def test_libfuzzer_run(tmp_path: Path) -> None:
         stats = re.findall(r"stat::number_of_executed_units: (\d+)", stderr)
         assert len(stats) == 1, stderr[-8000:]
         executed += int(stats[0])
-    print(f"libFuzzer: {executed} executions by {FUZZERS} fuzzers, 0 crashes")  # the figure for the record, with -s
+    print(f"libFuzzer, {harness}: {executed} executions by {FUZZERS} fuzzers, 0 crashes")  # the figure for the record, with -s
     assert executed >= EXECUTIONS
