@@ -36,7 +36,7 @@ REQUESTS = 197              # 2 full windows of 98, and one: (REQUESTS - 1) / sp
 RETRY_REQUESTS = 150
 THROTTLE_FOR = 2.0          # the server answers 429, Retry-After: 1, for its first 2 s
 TURN = 0.05                 # s: a task granted before a pause began may set out that much after it
-RESUME_WITHIN = 0.5         # after a pause, the first request reaches the server within 0.5 s
+RESUME_WITHIN = 0.5         # after a pause, the first request sets out within 0.5 s of its end
 WARM_CONNECTIONS = 10       # connections opened before a run
 RUN_WITHIN = 30             # s: a client stuck (a slot never released) fails its case instead of hanging
 
@@ -146,13 +146,13 @@ async def aiohttp_middleware(lib: SimpleNamespace, limiter: Any, url: str, attem
         yield send
 
 
-async def send_all(send: Send, n: int) -> list[int]:
+async def send_all(send: Send, n: int, limited: bool = True) -> list[int]:
     """n requests, one more each iteration of the loop, as a producer would start them (started all in one
     iteration, 295 httpx requests held the loop for 70 ms in asyncio's debug mode while the first grants waited
     to be sent)."""
     tasks = []
     for _ in range(n):
-        tasks.append(asyncio.create_task(send()))
+        tasks.append(asyncio.create_task(send(limited)))
         await asyncio.sleep(0)
     return await asyncio.gather(*tasks)
 
@@ -177,17 +177,20 @@ def sustained_rate(server: RateLimitedServer) -> float:
     return (len(server.arrivals) - 1) / (last - first)
 
 
-async def no_429_run(lib: SimpleNamespace, client: str, limits: str) -> tuple[list[int], RateLimitedServer, Any]:
-    """One client through a new limiter of kind limits, against a server of its own."""
+async def no_429_run(lib: SimpleNamespace, client: str, limits: str,
+                     limited: bool = True) -> tuple[list[int], RateLimitedServer, Any]:
+    """One client through a new limiter of kind limits, against a server of its own; limited=False: the same
+    requests around the limiter, to a server that answers every one (what this machine sustains)."""
     limiter = LIMITS[limits](lib)
-    async with RateLimitedServer(SERVER_LIMIT, 1.0, processing=PROCESSING, jitter=JITTER) as server, \
+    async with RateLimitedServer(SERVER_LIMIT if limited else REQUESTS, 1.0, processing=PROCESSING,
+                                 jitter=JITTER) as server, \
             CLIENTS[client](lib, limiter, server.url, Attempts()) as send:
         # Open some connections first, around the limiter: a bucket counts from the grant, and the first
         # grants, on new connections, would reach the server later than the next ones.
         await asyncio.gather(*(send(limited=False) for _ in range(WARM_CONNECTIONS)))
         server.reset()
         async with asyncio.timeout(RUN_WITHIN):
-            statuses = await send_all(send, REQUESTS)
+            statuses = await send_all(send, REQUESTS, limited)
     return statuses, server, limiter
 
 
@@ -201,13 +204,23 @@ def at_once(run_on: Callable[..., Any], runs: list[Awaitable[T]]) -> list[T]:
 
 @pytest.mark.parametrize("limits", LIMITS)
 def test_no_request_over_the_servers_limit(lib, run_on, limits):
+    """No 429 and every request answered; and the limiter slows no client below its rate, as far as this
+    machine keeps up. The same clients, at once, first send the same requests around it: what this machine
+    sustains now, in the same run. A limited client sustains 0.8 x the limiter's rate where the machine has
+    room for it, and half the machine's rate where it has not: under asyncio's debug mode, two busy processes
+    beside it and this suite's neighbours, the machine sustained 23-34/s, and two runs back to back differed
+    by up to 0.69 x (on a slow day the limited clients sustained 32-75/s against 98/s, with no 429: the
+    machine's speed, not the limiter's)."""
+    capacity = at_once(run_on, [no_429_run(lib, client, limits, limited=False) for client in CLIENTS])
     runs = at_once(run_on, [no_429_run(lib, client, limits) for client in CLIENTS])
-    for client, (statuses, server, limiter) in zip(CLIENTS, runs):
-        rate = sustained_rate(server)
-        print(f"{client} {limits}: {server.count(429)} x 429, {rate:.1f}/s sustained, busiest 1 s: {server.busiest()}")
+    for client, (statuses, server, limiter), (_, unlimited, _) in zip(CLIENTS, runs, capacity):
+        rate, most = sustained_rate(server), sustained_rate(unlimited)
+        print(f"{client} {limits}: {server.count(429)} x 429, {rate:.1f}/s sustained ({most:.1f}/s with no limiter), "
+              f"busiest 1 s: {server.busiest()}")
         assert len(server.arrivals) == REQUESTS and server.count(429) == 0, client
         assert statuses == [200] * REQUESTS, client
-        assert rate >= 0.8 * limiter.rate, client
+        assert unlimited.count(200) == REQUESTS, client
+        assert rate >= min(0.8 * limiter.rate, 0.5 * most), client
 
 
 RETRY_CLIENTS = ["httpx-transport", "aiohttp-middleware"]
@@ -253,8 +266,14 @@ def check_retry_run(client: str, limits: str, statuses: list[int], server: RateL
     assert statuses == [200] * RETRY_REQUESTS
     assert throttled and all(at < first + THROTTLE_FOR for at in throttled)  # only the throttle said 429
     assert server.count(200) == RETRY_REQUESTS and len(attempts.responses) == len(server.arrivals)
-    resumed = min(arrival.at for arrival in server.arrivals if arrival.status == 200)
-    assert max(pauses) + 1 <= resumed <= max(pauses) + 1 + RESUME_WITHIN
+    # The last pause: the first request to set out after it began (a turn later: one granted before it may set
+    # out a loop iteration after) sets out once it has ended, and soon. Where requests arrive is not the
+    # measure: one that set out before the last 429 was read may reach the server after the throttle, during
+    # that pause (seen on a slow day: a 200 arrived 10 ms before the last pause's end).
+    last = max(pauses)
+    resumed = min(attempts.started[arrival.tag] for arrival in server.arrivals
+                  if arrival.status == 200 and attempts.started[arrival.tag] > last + TURN)
+    assert last + 1 <= resumed <= last + 1 + RESUME_WITHIN
 
 
 # ---- httpx: one request at a time, on the virtual clock ----
