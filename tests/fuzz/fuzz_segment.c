@@ -10,15 +10,19 @@
  * The store is included with TB_SHM_STEP defined, so that the writer acts before every access to a shared
  * word. The input's first byte chooses the start: a segment published by tb_shm_create (of 1 to 4 rates from
  * the next bytes) with patches over it, or the input's bytes themselves as the segment (zero past their end).
- * The segment lives in a heap block of exactly sizeof(tb_shm), so that AddressSanitizer reports any read past
- * it. Then each byte is an operation with its arguments in the bytes after it; each access to the segment
+ * The segment ends where a page that cannot be read begins, so that any read past it crashes, whether or not
+ * the compiler's AddressSanitizer instruments atomic loads. Then each byte is an operation with its arguments in the bytes after it; each access to the segment
  * takes the next byte of a separate writer's stream, which may patch one word of the segment.
  *
  * What must hold: no crash, no undefined behaviour, no read outside the segment, no endless loop (libFuzzer's
  * timeout), and every status one the contract names. */
+#define _DEFAULT_SOURCE  /* MAP_ANONYMOUS under -std=c11 */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define TB_SHM_STEP fuzz_step
 #include "shm.c"
@@ -40,7 +44,7 @@ static uint64_t next_u64(input *in) { return (uint64_t)next_u16(in) << 48 | (uin
 
 /* ---- the writer ---- */
 
-static tb_shm *seg;      /* the segment read */
+static tb_shm *seg;      /* the segment read, ending at an unreadable page */
 static input writes;     /* the writer's stream: one byte a step, and a patch's bytes after it */
 
 // Writes value at a word-aligned offset of the segment, within it.
@@ -114,14 +118,27 @@ static void operate(input *in, tb_shm_reservation *last)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+// The segment, mapped once: a page for it, then one that cannot be read.
+static tb_shm *mapped_segment(void)
+{
+    static tb_shm *mapped;
+    if (mapped == NULL) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        char *pages = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (pages == MAP_FAILED || sizeof(tb_shm) > page || mprotect(pages + page, page, PROT_NONE) != 0)
+            abort();
+        mapped = (tb_shm *)(pages + page - sizeof(tb_shm));
+    }
+    return mapped;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* Two streams: the operations from the front half, the writer's moves from the back half. */
     input in = {data, size / 2, 0};
     writes = (input){NULL, 0, 0};  /* no writer while the segment is set up */
-    seg = calloc(1, sizeof *seg);
-    if (seg == NULL)
-        return 0;
+    seg = mapped_segment();
+    memset(seg, 0, sizeof *seg);
     uint8_t start = next_u8(&in);
     if (start & 1) {  /* the input's bytes as the segment */
         size_t n = in.size - in.at < sizeof *seg ? in.size - in.at : sizeof *seg;
@@ -138,7 +155,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tb_shm_reservation last = {0};
     for (int i = 0; i < OPERATIONS && in.at < in.size; i++)
         operate(&in, &last);
-    free(seg);
     return 0;
 }
 
