@@ -19,19 +19,21 @@ from pathlib import Path
 
 PING = b"*1\r\n$4\r\nPING\r\n"
 PONG = b"+PONG\r\n"
+NOAUTH = b"-NOAUTH"  # a server with a password answers so before AUTH: it is up
 START_WITHIN = 10.0   # s: a server that does not answer PING by then failed to start
 STOP_WITHIN = 5.0     # s: after SIGTERM, the server is killed if it has not exited by then
 
 
 def answers_ping(port: int, timeout: float = 1.0) -> bool:
-    """Whether a server on 127.0.0.1:port answers a PING with PONG within timeout seconds."""
+    """Whether a server on 127.0.0.1:port answers a PING within timeout seconds: PONG, or NOAUTH from a server
+    that asks for a password first."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
             sock.sendall(PING)
             reply = b""
-            while len(reply) < len(PONG) and (chunk := sock.recv(len(PONG) - len(reply))):
+            while not reply.endswith(b"\r\n") and (chunk := sock.recv(64)):
                 reply += chunk
-            return reply == PONG
+            return reply == PONG or reply.startswith(NOAUTH)
     except OSError:
         return False
 

@@ -72,7 +72,7 @@ STEPS = 40  # calls per stream
 
 
 SLOWED_SCRIPTS = {name: _store_redis.Script.of(SLOW_EXPIRY + script.text)
-                  for name, script in _store_redis._SCRIPTS.items()}  # what the stores of the streams send
+                  for name, script in _store_redis._CLIENT_CLOCK_SCRIPTS.items()}  # what the streams' stores send
 FORMAT_PROBE = "local INT = string.format('%d', 2 ^ 53 + 2) == '9007199254740994' and '%d' or '%.0f'"
 AS_ON_32_BITS = {name: _store_redis.Script.of(script.text.replace(FORMAT_PROBE, "local INT = '%.0f'"))
                  for name, script in SLOWED_SCRIPTS.items()}  # integers formatted as where Lua's '%d' has 32 bits

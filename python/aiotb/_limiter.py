@@ -160,11 +160,15 @@ class Limiter(Bucket):
     def __new__(cls, *args: Any, store: SharedMemoryStore | RedisStore | None = None, **kwargs: Any) -> Self:
         if store is None:
             return super().__new__(cls)
-        from ._store_redis import RedisStore
+        from ._store_redis import RedisStore, redacted
+        from ._store_shm import SharedMemoryStore, _segment_type
 
         if isinstance(store, RedisStore):
             return cls._over_redis(store.lease is not None)
-        from ._store_shm import _segment_type
+        if not isinstance(store, SharedMemoryStore):
+            given = repr(redacted(store)) if isinstance(store, str) else f"{type(store).__name__} {store!r}"
+            raise TypeError(f"store must be None (this process), SharedMemoryStore(name) (the processes of one host) "
+                            f"or RedisStore(url, key) (every host), got {given}")
 
         _segment_type()  # RuntimeError first, where there is no shared memory or no C engine
         from ._shared import SharedLimiter

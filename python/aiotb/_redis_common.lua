@@ -1,7 +1,7 @@
 -- What aiotb's two Redis scripts share (sent as the head of each): _redis_gcra.lua keeps rates (GCRA) in one
 -- hash, _redis_window.lua a strict sliding window in a hash and a sorted set. Each decision is one script run:
--- one round trip, atomic. Time is the server's (TIME), so the clients' clocks do not matter; where a server
--- refuses TIME in scripts, the client's time in ARGV[3] stands in.
+-- one round trip, atomic. Time is the server's (TIME), so the clients' clocks do not matter: a client sends
+-- no time, and a server that refuses TIME in scripts cannot hold a limiter.
 --
 -- Lua's numbers are doubles, exact for integers below 2^53. Instants are integer nanoseconds after the hash's
 -- epoch `e` (a server time in microseconds). The client keeps every span it gives at most 2^52 ns (52 days) and a
@@ -9,9 +9,8 @@
 -- the epoch moves to now and every instant shifts by the same integer (one already past moves to the new epoch:
 -- it is as good as now). So every value stays below 2^53: exact.
 --
--- ARGV: the definition (what the key was created with), the operation (its name, then its own words, in one
--- string: the client pays for each argument it sends), the client's time in microseconds, and
--- "1" to use it even where TIME works (tests drive time so). A reply is one string of words (one string parses
+-- ARGV: the definition (what the key was created with), and the operation (its name, then its own words, in
+-- one string: the client pays for each argument it sends). A reply is one string of words (one string parses
 -- faster than an array): a status (0 ok, 1 an amount above what one grant may take, 3 not within the wait asked,
 -- 4 not before held grants end, 5 a key of another definition, then the stored one), then op's own words.
 
@@ -42,14 +41,31 @@ local function reply(status, ...)  -- the reply: status and words (integers, or 
     return table.concat(words, ' ')
 end
 
-local function clock_us()  -- now, in microseconds: the server's clock, else the client's
-    if ARGV[4] ~= '1' then
-        local ok, t = pcall(redis.call, 'TIME')
-        if ok then
-            return tonumber(t[1]) * 1000000 + tonumber(t[2])
-        end
+local function clock_us()  -- now, in microseconds, on the server's clock
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- A client with script rights could send any words: each is checked before anything is read or written, and a
+-- malformed one fails the script with "aiotb: ..." (the client raises StoreCorrupt), changing nothing.
+local function refuse(what, word)
+    error({err = 'aiotb: ' .. what .. ', got ' .. string.sub(tostring(word), 1, 40)})
+end
+
+local function amount_of(word)  -- an amount: a finite number > 0
+    local x = tonumber(word)
+    if not x or not (x > 0 and x < math.huge) then
+        refuse('an amount must be a finite number > 0', word)
     end
-    return tonumber(ARGV[3])
+    return x
+end
+
+local function integer_of(word, least, most)  -- an integer from least to most
+    local x = tonumber(word)
+    if not x or not (x >= least and x <= most) or x ~= math.floor(x) then
+        refuse('expected an integer from ' .. int(least) .. ' to ' .. int(most), word)
+    end
+    return x
 end
 
 local function paused_until(p, until_)  -- the pause p (nil: none) after another until until_: the later of the two

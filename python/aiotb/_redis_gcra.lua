@@ -7,11 +7,28 @@
 local key = KEYS[1]
 
 -- The state: rates r[i] = {t = ns per token, b = burst, k = burst in ns, f = F}, epoch e, pause p (or nil).
+local MOST_REFILL = 2 ^ 52  -- ns: the longest full refill kept exact
+
+local function checked_rate(t, b)  -- ns per token and burst, each finite and > 0, refilled within MOST_REFILL
+    t, b = amount_of(t), amount_of(b)
+    if b * t > MOST_REFILL then
+        refuse('a rate must refill its burst within 2^52 ns', b * t)
+    end
+    return t, b
+end
+
 local function created(now_us)  -- a fresh state from the definition, holding each rate's initial tokens
     local s = {e = now_us, r = {}, fresh = true}
     for t, b, i in string.gmatch(definition, '([^,;]+),([^,;]+),([^,;]+)') do
-        t, b, i = tonumber(t), tonumber(b), tonumber(i)
+        t, b = checked_rate(t, b)
+        i = tonumber(i)
+        if not i or not (i >= 0 and i <= b) then
+            refuse('initial tokens must be from 0 to the burst', i)
+        end
         s.r[#s.r + 1] = {t = t, b = b, k = math.ceil(b * t), f = math.ceil((b - i) * t)}
+    end
+    if #s.r == 0 then
+        refuse('a definition is "ns_per_token,burst,initial;..."', definition)
     end
     return s
 end
@@ -126,8 +143,8 @@ end
 local now = since_epoch(s, now_us)
 
 if op == 'reserve' then  -- amount, most ns to wait (-1: any), a word for the window's script, then more amounts:
-    local amount, wait = tonumber(W[2]), tonumber(W[3])  -- 0, delay, at, the record (epoch, each rate's F before
-    if amount > most(s) then                             -- and after), and the same F for each more amount granted
+    local amount, wait = amount_of(W[2]), integer_of(W[3], -1, 2 ^ 53)  -- 0, delay, at, the record (epoch, each
+    if amount > most(s) then  -- rate's F before and after), and the same F for each more amount granted
         return reply(EINVAL)
     end
     local at = fit_at(s, amount, now)
@@ -145,7 +162,7 @@ if op == 'reserve' then  -- amount, most ns to wait (-1: any), a word for the wi
     take(amount)
     if at == now then  -- due now: each more amount in turn, while it is due now too
         for j = 5, #W do
-            local more = tonumber(W[j])
+            local more = amount_of(W[j])
             if more > most(s) or fit_at(s, more, now) > now then
                 break
             end
@@ -154,12 +171,22 @@ if op == 'reserve' then  -- amount, most ns to wait (-1: any), a word for the wi
     end
     stored(s, now)  -- the reply as reply() words it, in one format (the hottest path: every acquire takes it)
     return string.format('%d' .. string.rep(' ' .. INT, 3 + #record), OK, at - now, at, s.e, unpack(record))
-elseif op == 'cancel' then  -- a reservation's record: restores the rates nobody took from since
-    local restored, record = 0, {unpack(W, 2)}
+elseif op == 'cancel' then  -- a reservation's record: restores the rates nobody took from since (a record of
+    local restored, record = 0, {unpack(W, 2)}  -- the right shape is trusted: see the README's Security section)
+    if #record ~= 1 + 2 * #s.r then
+        refuse('a cancel record is the epoch and each rate\'s F before and after', #record)
+    end
+    for j = 1, #record do
+        integer_of(record[j], 0, 2 ^ 53)
+    end
     if not s.fresh and record[1] == int(s.e) then
         for i, r in ipairs(s.r) do
+            local before, after = tonumber(record[2 * i]), tonumber(record[1 + 2 * i])
+            if before > after then
+                refuse('a cancel record gives back no more than was taken', before)
+            end
             if record[1 + 2 * i] == int(r.f) then
-                r.f = tonumber(record[2 * i])
+                r.f = before
                 restored = restored + 1
             end
         end
@@ -171,21 +198,21 @@ elseif op == 'cancel' then  -- a reservation's record: restores the rates nobody
 elseif op == 'tokens' then  -- 0, tokens now
     return reply(OK, string.format('%.17g', tokens(s, now)))
 elseif op == 'fit' then  -- amount: 0 and ns until every rate grants it, or 1 above a burst
-    local amount = tonumber(W[2])
+    local amount = amount_of(W[2])
     if amount > most(s) then
         return reply(EINVAL)
     end
     return reply(OK, fit_at(s, amount, now) - now)
 elseif op == 'set_rate' then  -- index, ns per token, burst: keeps the tokens held now, at most the new burst
-    local r = s.r[tonumber(W[2])]
-    local t, b = tonumber(W[3]), tonumber(W[4])
+    local r = s.r[integer_of(W[2], 1, #s.r)]
+    local t, b = checked_rate(W[3], W[4])
     local held = r.b - math.max(0, r.f - now) / r.t  -- below 0 for tokens reserved ahead
     r.t, r.b, r.k = t, b, math.ceil(b * t)
     r.f = now + math.ceil((b - math.min(held, b)) * t)
     stored(s, now, true)
     return reply(OK)
 elseif op == 'pause' then  -- ns from now: no grant before then (a later pause only moves it later)
-    s.p = paused_until(s.p, now + tonumber(W[2]))
+    s.p = paused_until(s.p, now + integer_of(W[2], 0, 2 ^ 53))
     stored(s, now)
     return reply(OK, s.p - now)
 end

@@ -89,6 +89,21 @@ else
     end
 end
 
+local function holder_of(word)  -- a holder's id: letters and digits, as the holders' field is parsed
+    if not string.match(word or '', '^%w+$') or #word > 64 then
+        refuse('a holder is named by at most 64 letters and digits', word)
+    end
+    return word
+end
+
+local function share_of(word)  -- the share of its burst a unit given back holds: a finite number (kept in 0..1)
+    local g = tonumber(word)
+    if not g or not (g > -math.huge and g < math.huge) then
+        refuse('a unit given back holds a finite share of its burst', word)
+    end
+    return g
+end
+
 local function give_back(count, g)  -- count units back to the free ones, holding g of their burst now
     g = math.max(0, math.min(1, g))
     for _ = 1, count do
@@ -123,8 +138,8 @@ local function pause_left()  -- ns until the pause ends (0: none)
 end
 
 if op == 'lease' then  -- id, units held, units wanted, g of the units given back: 0, units now, the fair share,
-    local id, have, want, g = W[2], tonumber(W[3]), tonumber(W[4]), tonumber(W[5])  -- 1 if the holder had no
-    local me = holders[id]                                                          -- lease, tokens, pause ns
+    local id, have, want, g = holder_of(W[2]), integer_of(W[3], 0, 2 ^ 31), integer_of(W[4], 0, 2 ^ 31), share_of(W[5])
+    local me = holders[id]  -- 1 if the holder had no lease, tokens, pause ns
     local fresh = me == nil
     local units = me and me.units or 0
     if have < units then
@@ -152,14 +167,15 @@ if op == 'lease' then  -- id, units held, units wanted, g of the units given bac
     stored()
     return reply(OK, units, share, fresh and 1 or 0, string.format('%.17g', tokens), pause_left())
 elseif op == 'release' then  -- id, g of its units given back: every unit of the holder back
-    if holders[W[2]] then
-        give_back(holders[W[2]].units, tonumber(W[3]))
-        holders[W[2]] = nil
+    local id, g = holder_of(W[2]), share_of(W[3])
+    if holders[id] then
+        give_back(holders[id].units, g)
+        holders[id] = nil
         stored()
     end
     return reply(OK)
 elseif op == 'pause' then  -- ns from now: no grant before then, for every holder as it next renews
-    pause = paused_until(pause, now + math.ceil(tonumber(W[2]) / 1000))
+    pause = paused_until(pause, now + math.ceil(integer_of(W[2], 0, 2 ^ 53) / 1000))
     stored()
     return reply(OK, pause_left())
 end

@@ -277,8 +277,10 @@ class RedisLimiter(OnItsLoop, Limiter):
             return
         ahead = min(sum(w.amount for w in self._queue if not w.future.done()), self.burst)
         try:
-            delay = await self._store.fit_delay(self._definition, ahead)
+            delay = await self._store.fit_delay(self._definition, ahead, timeout)
         except StoreError:
+            return
+        except TimeoutError:  # no answer by its deadline: its expiry has failed it, or is about to
             return
         if delay > timeout * 1e9 and not waiter.future.done():
             self._counts[6] += 1
@@ -353,18 +355,25 @@ class RedisLimiter(OnItsLoop, Limiter):
             self._settle_without_store(waiter, None)
             return None
         sent = loop.time()
-        wait = -1 if waiter.deadline is None else max(0, round((waiter.deadline - sent) * 1e9))
+        within = None if waiter.deadline is None else waiter.deadline - sent
+        wait = -1 if within is None else max(0, round(within * 1e9))
         followers = self._followers()
         reserved: Reserved | int | None
         more: list[Reserved] = []
         try:
             if followers:
                 reserved, more = await self._store.reserve_run(self._definition, waiter.amount, wait,
-                                                               [f.amount for f in followers])
+                                                               [f.amount for f in followers], within)
             else:
-                reserved = await self._store.reserve(self._definition, waiter.amount, wait, waiter.hold)
+                reserved = await self._store.reserve(self._definition, waiter.amount, wait, waiter.hold, within)
         except (StoreError, ValueError) as error:
             self._settle_without_store(waiter, error)
+            return None
+        except TimeoutError as error:  # no answer by the head's deadline: it fails, the others go on
+            self._queue.popleft()
+            if not waiter.future.done():
+                self._counts[6] += 1
+                waiter.future.set_exception(error)
             return None
         if isinstance(reserved, int):  # it fits only once held grants end: ask again when it would, were they to end now
             await self._sleep_until(loop.time() + reserved / 1e9, waiter.future)

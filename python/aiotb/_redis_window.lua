@@ -16,6 +16,15 @@
 
 local hash, log = KEYS[1], KEYS[2]
 local HOLD_LIMIT = 300e9  -- ns: the longest a grant is held without its end coming
+local MOST_GRANTS = 4096  -- the most grants the log keeps in a window: each call reads them all, so this bounds
+                          -- its cost; a grant past it waits until one leaves, as for a full window
+
+local function member_of(word)  -- a grant's member in the log, as reserve made it
+    if not string.match(word or '', '^%d+:[^:]+:?h?$') then
+        refuse('a window record ends with a grant of the log', word)
+    end
+    return word
+end
 
 local function loaded(now_us)  -- the stored state, a fresh one, or nil and the stored definition
     local v = redis.call('HMGET', hash, 'd', 'e', 'p', 'l', 'q', 'P', 'N')
@@ -24,7 +33,7 @@ local function loaded(now_us)  -- the stored state, a fresh one, or nil and the 
             return nil, nil
         end
         local P, N = string.match(definition, '^window (%S+) (%S+)$')
-        return {e = now_us, q = 0, P = tonumber(P), N = tonumber(N), fresh = true}
+        return {e = now_us, q = 0, P = integer_of(P, 1, 2 ^ 52), N = amount_of(N), fresh = true}
     end
     if v[1] ~= definition then
         return nil, v[1]
@@ -77,19 +86,19 @@ end
 local function fit_at(s, amount, now)  -- the first instant at which amount fits, not before l and the pause;
     local log_now = grants(s, now)     -- else nil and that instant were every hold to end now
     local start = math.max(now, s.l or now, s.p or now)
-    local excess = amount - s.N
+    local excess, crowd = amount - s.N, #log_now + 1 - MOST_GRANTS  -- tokens and grants too many
     for _, g in ipairs(log_now) do
         excess = excess + g.amount
     end
-    if excess <= 0 then
+    if excess <= 0 and crowd <= 0 then
         return start
     end
-    local left, last = 0, now
+    local left, gone, last = 0, 0, now
     for _, g in ipairs(log_now) do  -- oldest first: each unheld grant leaves the windows at its at + P
         if not g.held then
-            left = left + g.amount
+            left, gone = left + g.amount, gone + 1
             last = math.max(last, g.at)
-            if left >= excess then
+            if left >= excess and gone >= crowd then
                 return math.max(start, g.at + s.P)
             end
         end
@@ -113,7 +122,7 @@ end
 local now = since_epoch(s, now_us)
 
 if op == 'reserve' then  -- amount, most ns to wait (-1: any), "1" to hold it: 0, delay, at, record (epoch, member)
-    local amount, wait, hold = tonumber(W[2]), tonumber(W[3]), W[4] == '1'
+    local amount, wait, hold = amount_of(W[2]), integer_of(W[3], -1, 2 ^ 53), W[4] == '1'
     if amount > s.N then
         return reply(EINVAL)
     end
@@ -128,12 +137,12 @@ if op == 'reserve' then  -- amount, most ns to wait (-1: any), "1" to hold it: 0
         return reply(ETOOLATE, at - now)
     end
     s.q, s.l = s.q + 1, at
-    local member = int(s.q) .. ':' .. W[2] .. (hold and ':h' or '')
+    local member = int(s.q) .. ':' .. string.format('%.17g', amount) .. (hold and ':h' or '')
     redis.call('ZADD', log, int(hold and at + HOLD_LIMIT or at), member)
     stored(s, now)
     return reply(OK, at - now, at, int(s.e), member)
 elseif op == 'cancel' then  -- a reservation's record: it leaves the log (fewer grants can only keep the bound)
-    local member = W[#W]
+    local member = member_of(W[#W])
     local at = tonumber(redis.call('ZSCORE', log, member))
     local restored = redis.call('ZREM', log, member)
     if at and at == s.l then  -- the latest: the next may come as early as the latest left
@@ -147,7 +156,7 @@ elseif op == 'cancel' then  -- a reservation's record: it leaves the log (fewer 
     end
     return reply(OK, restored)
 elseif op == 'end_hold' then  -- a held grant's record: from now on it is inside the windows of its end only
-    local member = W[#W]
+    local member = member_of(W[#W])
     local at = redis.call('ZSCORE', log, member)
     if at and tonumber(at) > now then
         redis.call('ZADD', log, 'XX', int(now), member)
@@ -160,18 +169,18 @@ elseif op == 'tokens' then  -- 0, tokens now
     end
     return reply(OK, string.format('%.17g', math.max(0, s.N - used(s, now))))
 elseif op == 'fit' then  -- amount: 0 and ns until it fits (were every hold to end now), or 1 above N
-    local amount = tonumber(W[2])
+    local amount = amount_of(W[2])
     if amount > s.N then
         return reply(EINVAL)
     end
     local at, as_if = fit_at(s, amount, now)
     return reply(OK, (at or as_if) - now)
 elseif op == 'set_rate' then  -- window: P in ns, N: from now on
-    s.P, s.N = tonumber(W[2]), tonumber(W[3])
+    s.P, s.N = integer_of(W[2], 1, 2 ^ 52), amount_of(W[3])
     stored(s, now)
     return reply(OK)
 elseif op == 'pause' then  -- ns from now: no grant before then (a later pause only moves it later)
-    s.p = paused_until(s.p, now + tonumber(W[2]))
+    s.p = paused_until(s.p, now + integer_of(W[2], 0, 2 ^ 53))
     stored(s, now)
     return reply(OK, s.p - now)
 end

@@ -8,10 +8,12 @@ where the state lives and nothing of event loops; ``_redis_limiter`` waits."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from importlib import resources
 from typing import TYPE_CHECKING, Literal, NamedTuple, Sequence
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from . import _params
 from ._store import StoreCorrupt, StoreUnavailable
@@ -21,14 +23,30 @@ if TYPE_CHECKING:
 
     from ._limiter import Limiter
 
-try:
-    from redis.exceptions import NoScriptError, RedisError, ResponseError
-except ImportError:  # RedisStore() says what to install
-    NoScriptError = RedisError = ResponseError = OSError  # type: ignore[assignment,misc]
-
 OnError = Literal["raise", "allow"]
-_UNAVAILABLE = ("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN")  # errors of a server not
-                                                                                         # ready to answer now
+Errors = tuple[type[BaseException], ...]
+
+
+def _error_classes() -> tuple[Errors, Errors, Errors, Errors]:
+    """redis-py's classes of: a script the server does not hold; a server that cannot answer now (unreachable,
+    too slow, loading its data, a replica after a failover, a cluster resharding or without a master, out of
+    memory); an answer it refused; any other error of the client. Empty without redis-py: RedisStore()
+    then says what to install."""
+    try:
+        from redis import exceptions as e
+    except ImportError:
+        return (), (), (), ()
+    unavailable = (e.ConnectionError, e.TimeoutError, e.BusyLoadingError, e.ReadOnlyError, e.TryAgainError,
+                   e.ClusterDownError, e.ClusterError, e.RedisClusterException, e.OutOfMemoryError)
+    return (e.NoScriptError,), unavailable, (e.ResponseError,), (e.RedisError,)
+
+
+_NO_SCRIPT, _UNAVAILABLE, _REFUSED, _CLIENT_ERRORS = _error_classes()
+_LOST: Errors = (*_CLIENT_ERRORS, OSError, RuntimeError)  # any other error of the client, a connection lost or
+                                                          # refused (uvloop raises RuntimeError on a write to a
+                                                          # transport the peer reset: MagicStack/uvloop#506)
+_BUSY = "BUSY "  # a script running past its limit: the one code redis-py leaves unclassified, in the message
+TIMEOUT = 2.0  # s: the most a round trip may take where the caller gives no deadline
 _STATUSES = (b"0", b"1", b"3", b"4", b"5")  # the scripts': ok, above what a grant may take, not within the wait,
                                             # not before held grants end, another definition
 MAX_REFILL_NS = 1 << 52  # the longest full refill the script keeps exact (52 days)
@@ -46,8 +64,16 @@ class Script(NamedTuple):
         return cls(text, hashlib.sha1(text.encode("utf-8")).hexdigest())
 
 
-_SCRIPTS = {name: Script.of("".join(resources.files("aiotb").joinpath(f"_redis_{part}.lua").read_text(encoding="utf-8")
-                                    for part in ("common", name))) for name in ("gcra", "window", "lease")}
+def _scripts(*parts: str) -> dict[str, Script]:
+    """The gcra, window and lease scripts, each after the Lua files of parts."""
+    def text(part: str) -> str:
+        return resources.files("aiotb").joinpath(f"_redis_{part}.lua").read_text(encoding="utf-8")
+
+    return {name: Script.of("".join(text(part) for part in (*parts, name))) for name in ("gcra", "window", "lease")}
+
+
+_SCRIPTS = _scripts("common")  # on the server's clock
+_CLIENT_CLOCK_SCRIPTS = _scripts("common", "client_clock")  # tests': never loaded by a store made as documented
 LEASE_SPANS = (0.05, 3600.0)  # s: the shortest and the longest lease
 MOST_UNITS = 1024  # the most units a lease may split the rates into
 
@@ -85,14 +111,21 @@ class RedisStore:
     ``"allow"`` let it through unlimited (unsafe: the quota is not kept while Redis is away), or
     a local ``Limiter`` to take from instead, until Redis answers again.
 
+    ``timeout`` bounds every round trip (redis-py's retries included) where the caller gives no
+    deadline: past it a call raises ``StoreUnavailable`` (then ``on_error``). A call with a deadline
+    (``acquire(timeout=...)``) ends by it: ``TimeoutError`` if Redis has not answered by then. A round
+    trip cut short grants nothing; its script may still run on the server, and the tokens it takes
+    there are spent, never given back (stricter, never looser). A URL's credentials are never shown:
+    not in the repr, nor in any error.
+
     ``lease=seconds`` leases the rates out instead: each limiter holds some of ``units`` equal
     parts of every rate and burst for ``lease`` seconds at a time, renews them before then, and
     grants from them with no round trip (see ``RedisLeaseLimiter``)."""
 
-    __slots__ = ("_redis", "_key", "_on_error", "_scripts", "_client_clock", "_url", "_lease", "_units")
+    __slots__ = ("_redis", "_key", "_on_error", "_scripts", "_client_clock", "_url", "_lease", "_units", "_timeout")
 
     def __init__(self, redis: Redis | RedisCluster | str, key: str, *, on_error: OnError | Limiter = "raise",
-                 lease: float | None = None, units: int = 16) -> None:
+                 lease: float | None = None, units: int = 16, timeout: float = TIMEOUT) -> None:
         from ._limiter import Limiter
 
         if not isinstance(key, str) or isinstance(key, bool):
@@ -109,13 +142,14 @@ class RedisStore:
             raise TypeError(f"units must be an int, got {units!r}")
         if not 1 <= units <= MOST_UNITS:
             raise ValueError(f"units must be from 1 to {MOST_UNITS}, got {units!r}")
+        self._timeout = _params.positive("timeout", timeout)
         client = _client(redis)
         self._redis = client
-        self._url = redis if isinstance(redis, str) else None
+        self._url = redacted(redis) if isinstance(redis, str) else None
         self._key = key
         self._on_error: OnError | Limiter = on_error
-        self._scripts = _SCRIPTS
-        self._client_clock = False  # True: the script takes the client's time even where TIME works (tests)
+        self._client_clock = False  # True: the scripts take the client's time, not the server's (tests)
+        self._scripts: dict[str, Script] | None = None  # None: the scripts of that clock (tests give others)
         self._lease = None if lease is None else float(lease)
         self._units = units
 
@@ -149,6 +183,11 @@ class RedisStore:
         """How many equal parts of every rate and burst a lease is counted in."""
         return self._units
 
+    @property
+    def timeout(self) -> float:
+        """Seconds a round trip may take where the caller gives no deadline."""
+        return self._timeout
+
     def _for_key(self, key: object) -> RedisStore:
         """The store of one key of a KeyedLimiter: ``<this key>:<key>``, on the same client."""
         if isinstance(key, bool) or not isinstance(key, (str, int)):
@@ -158,13 +197,15 @@ class RedisStore:
                             "of every client; give it RedisStore(redis, key) without lease=")
         child = object.__new__(RedisStore)
         child._redis, child._url, child._on_error = self._redis, self._url, self._on_error
-        child._scripts, child._client_clock = self._scripts, self._client_clock
+        child._scripts, child._client_clock, child._timeout = self._scripts, self._client_clock, self._timeout
         child._lease, child._units = None, self._units
         child._key = f"{self._key}:{key}"
         return child
 
     def __repr__(self) -> str:
         more = "" if self._lease is None else f", lease={self._lease!r}, units={self._units!r}"
+        if self._timeout != TIMEOUT:
+            more += f", timeout={self._timeout!r}"
         if self._url is not None:
             return f"RedisStore({self._url!r}, {self._key!r}{more})"
         pool = getattr(self._redis, "connection_pool", None)
@@ -175,12 +216,14 @@ class RedisStore:
 
     # ---- the script's operations; definition: the rates as the script's definition string ----
 
-    async def reserve(self, definition: str, amount: float, wait_ns: int, hold: bool = False) -> Reserved | int | None:
+    async def reserve(self, definition: str, amount: float, wait_ns: int, hold: bool = False,
+                      within: float | None = None) -> Reserved | int | None:
         """Reserves amount at the first instant every limit grants it, if that is at most wait_ns
         from now (wait_ns < 0: whenever); None if it is later. A window's grant held (until
         end_hold) if hold; the ns after which to ask again, when it would fit only once held grants
-        end. ValueError above a burst."""
-        words = await self._run(definition, f"reserve {float(amount)!r} {wait_ns} {1 if hold else 0}")
+        end. ValueError above a burst; TimeoutError if no reply came within ``within`` seconds (the
+        caller's deadline)."""
+        words = await self._run(definition, f"reserve {float(amount)!r} {wait_ns} {1 if hold else 0}", within)
         status = words[0]
         if status == b"0":
             return Reserved(int(words[1]), b" ".join(words[3:]), int(words[3]) * 1000 + int(words[2]))
@@ -190,13 +233,13 @@ class RedisStore:
             return int(words[1])
         raise _too_much(self, amount)
 
-    async def reserve_run(self, definition: str, amount: float, wait_ns: int,
-                          then: Sequence[float]) -> tuple[Reserved | None, list[Reserved]]:
+    async def reserve_run(self, definition: str, amount: float, wait_ns: int, then: Sequence[float],
+                          within: float | None = None) -> tuple[Reserved | None, list[Reserved]]:
         """``reserve`` on rates, and if its grant is due now, each amount of ``then`` in turn while that is
         due now too: every waiter whose tokens are free now, in one round trip. The first reservation
         (None if not within wait_ns) and the grants of ``then`` made with it, each with its own record."""
         words = await self._run(definition, f"reserve {float(amount)!r} {wait_ns} 0 " + " ".join(
-            repr(float(more)) for more in then))
+            repr(float(more)) for more in then), within)
         if words[0] == b"3":
             return None, []
         if words[0] != b"0":
@@ -216,10 +259,10 @@ class RedisStore:
         """Gives a reservation back to each rate nobody reserved from since; how many rates took it back."""
         return int((await self._run(definition, b"cancel " + record))[1])
 
-    async def fit_delay(self, definition: str, amount: float) -> int:
+    async def fit_delay(self, definition: str, amount: float, within: float | None = None) -> int:
         """ns from now until every limit could grant amount (were held grants to end now); ValueError
-        above what one grant may take."""
-        words = await self._run(definition, f"fit {float(amount)!r}")
+        above what one grant may take; TimeoutError if no reply came within ``within`` seconds."""
+        words = await self._run(definition, f"fit {float(amount)!r}", within)
         if words[0] == b"1":
             raise _too_much(self, amount)
         return int(words[1])
@@ -250,37 +293,38 @@ class RedisStore:
         """Gives every unit of holder back, each holding give_back of its burst."""
         await self._run(definition, f"release {holder} {give_back!r}")
 
-    async def _run(self, definition: str, operation: str | bytes) -> list[bytes]:
+    async def _run(self, definition: str, operation: str | bytes, within: float | None = None) -> list[bytes]:
         """One round trip of the script: operation (its name and words) on the limits of definition;
         the words of its reply, status first (0, 1, 3 or 4); its failures as StoreUnavailable,
-        StoreCorrupt or ValueError."""
+        StoreCorrupt or ValueError. It ends within ``within`` seconds (TimeoutError) if that comes
+        before the store's timeout (StoreUnavailable): a reply that comes later is never read (redis-py
+        drops the connection it was on), so what its script took stays taken."""
+        bound = self._timeout if within is None else min(max(0.0, within), self._timeout)
+        deadline = asyncio.timeout(bound)
         try:
-            key = self.redis_key
-            keys: tuple[int | str, ...]
-            if definition.startswith("window"):
-                script, keys = self._scripts["window"], (2, key, key + ":log")
-            elif definition.startswith("lease"):
-                script, keys = self._scripts["lease"], (1, key)
-            else:
-                script, keys = self._scripts["gcra"], (1, key)
-            args = (definition, operation, time.time_ns() // 1000) + (("1",) if self._client_clock else ())
-            try:
-                reply = await self._redis.execute_command("EVALSHA", script.sha, *keys, *args)
-            except NoScriptError:  # a server that never saw it, or forgot it (restarted, failed over, flushed)
-                await self._redis.script_load(script.text)
-                reply = await self._redis.execute_command("EVALSHA", script.sha, *keys, *args)
-        except ResponseError as error:
-            if not str(error).startswith(_UNAVAILABLE):
-                raise StoreCorrupt(f"{self!r}: the key {self.redis_key!r} holds something that is not an aiotb "
-                                   f"limiter's, or the server refused the script ({error})") from error
-            raise StoreUnavailable(f"{self!r} did not answer: nothing was granted from it ({error})") from error
-        except (RedisError, OSError, RuntimeError) as error:  # connection lost or refused, timed out, ... (uvloop
-            # raises RuntimeError on a write to a transport the peer reset: MagicStack/uvloop#506)
-            raise StoreUnavailable(f"{self!r} did not answer: nothing was granted from it ({error})") from error
+            async with deadline:
+                reply = await self._call(definition, operation)
+        except TimeoutError as error:
+            if not deadline.expired():
+                raise self._unavailable(error) from error  # an OSError of the socket (ETIMEDOUT)
+            if bound < self._timeout:
+                raise TimeoutError(f"{self!r} did not answer within the caller's deadline ({bound:.3g} s): "
+                                   f"nothing was granted") from None
+            raise StoreUnavailable(f"{self!r} did not answer within its timeout ({bound:.3g} s): nothing was "
+                                   f"granted from it") from error
+        except _UNAVAILABLE as error:
+            raise self._unavailable(error) from error
+        except _REFUSED as error:
+            if str(error).startswith(_BUSY):
+                raise self._unavailable(error) from error
+            raise StoreCorrupt(f"{self!r}: the key {self.redis_key!r} holds something that is not an aiotb "
+                               f"limiter's, or the server refused the script ({error})") from error
+        except _LOST as error:
+            raise self._unavailable(error) from error
         except (AttributeError, TypeError) as error:
             if not _lost_connection(error):
                 raise
-            raise StoreUnavailable(f"{self!r} did not answer: nothing was granted from it ({error!r})") from error
+            raise self._unavailable(error) from error
         if isinstance(reply, str):  # a client made with decode_responses=True
             reply = reply.encode()
         words = reply.split() if isinstance(reply, bytes) else []
@@ -297,6 +341,33 @@ class RedisStore:
             raise ValueError(f"{self!r} holds a limiter of {theirs}, not {describe(definition)}: every client must "
                              f"give it the same limits (or delete the key first)")
         return words
+
+    async def _call(self, definition: str, operation: str | bytes) -> object:
+        """The script's reply to operation on the limits of definition, loading the script first where the
+        server does not hold it (never saw it, or forgot it: restarted, failed over, flushed)."""
+        key = self.redis_key
+        keys: tuple[int | str, ...]
+        if definition.startswith("window"):
+            name, keys = "window", (2, key, key + ":log")
+        elif definition.startswith("lease"):
+            name, keys = "lease", (1, key)
+        else:
+            name, keys = "gcra", (1, key)
+        scripts = self._scripts or (_CLIENT_CLOCK_SCRIPTS if self._client_clock else _SCRIPTS)
+        script = scripts[name]
+        args: tuple[str | bytes, ...] = (definition, operation)
+        if self._client_clock:
+            args += (str(time.time_ns() // 1000),)
+        try:
+            return await self._redis.execute_command("EVALSHA", script.sha, *keys, *args)
+        except _NO_SCRIPT:
+            await self._redis.script_load(script.text)
+            return await self._redis.execute_command("EVALSHA", script.sha, *keys, *args)
+
+    def _unavailable(self, error: BaseException) -> StoreUnavailable:
+        """The error for a round trip the server did not answer."""
+        return StoreUnavailable(f"{self!r} did not answer: nothing was granted from it ({type(error).__name__}: "
+                                f"{error})")
 
 
 def _too_much(store: RedisStore, amount: float) -> ValueError:
@@ -353,8 +424,24 @@ def _client(redis: object) -> Redis | RedisCluster:
     if isinstance(redis, str):
         if not redis.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"redis must be a redis.asyncio.Redis or RedisCluster client or a redis:// URL, "
-                             f"got {redis!r}")
-        return Redis.from_url(redis)
+                             f"got {redacted(redis)!r}")
+        try:
+            return Redis.from_url(redis)
+        except ValueError:  # its message may quote the URL
+            raise ValueError(f"redis must be a URL redis-py can read, got {redacted(redis)!r}") from None
     if not isinstance(redis, (Redis, RedisCluster)):
         raise TypeError(f"redis must be a redis.asyncio.Redis or RedisCluster client or a redis:// URL, got {redis!r}")
     return redis
+
+
+def redacted(url: str) -> str:
+    """url without its credentials: a user and password become ``***``, as do the values of ``username``
+    and ``password`` in its query."""
+    try:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError:
+        return url.partition(":")[0] + "://***"
+    netloc = parts.netloc if "@" not in parts.netloc else "***@" + parts.netloc.rpartition("@")[2]
+    hidden = [(name, "***" if name.lower() in ("username", "password") else value) for name, value in query]
+    return parts._replace(netloc=netloc, query=urlencode(hidden, safe="*")).geturl()

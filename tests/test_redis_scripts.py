@@ -1,0 +1,135 @@
+"""The Redis scripts against words no aiotb client sends, as any client with script rights could send them: each
+malformed argument fails the script (StoreCorrupt on the client) and changes nothing; the scripts every client
+loads take no time from a client; a window's log is capped."""
+
+from __future__ import annotations
+
+from typing import Awaitable, Callable, TypeVar
+
+import aiotb
+import pytest
+import redis.asyncio
+from aiotb import _store_redis
+from aiotb._store_redis import RedisStore, definition, lease_definition, window_definition
+
+T = TypeVar("T")
+Run = Callable[[Awaitable[T]], T]
+RATES = definition([(1e9, 10.0, 10.0)])  # 1 per second, burst 10
+DAY_US = 86_400 * 10**6
+
+
+async def refused(call: Awaitable[object]) -> str:
+    """The message of the StoreCorrupt that call raised; fails if it raised nothing else."""
+    with pytest.raises(aiotb.StoreCorrupt) as raised:
+        await call
+    assert "aiotb: " in str(raised.value)
+    return str(raised.value)
+
+
+@pytest.mark.parametrize("amount", [-5.0, 0.0, float("nan"), float("inf"), float("-inf")])
+def test_reserve_and_fit_refuse_an_amount_that_is_not_positive_and_finite(run: Run[None], redis_url: str,
+                                                                         amount: float) -> None:
+    async def main() -> None:
+        store = RedisStore(redis_url, "amounts")
+        try:
+            await store.reserve(RATES, 4.0, 0)
+            for call in (lambda: store.reserve(RATES, amount, 0), lambda: store.reserve(RATES, amount, -1),
+                         lambda: store.reserve_run(RATES, 1.0, 0, [amount]), lambda: store.fit_delay(RATES, amount)):
+                assert "an amount must be a finite number > 0" in await refused(call())
+            assert await store.tokens(RATES) == pytest.approx(6, abs=0.01)  # unchanged: no token made
+            window = window_definition(10**9, 5.0)
+            windowed = store._for_key("window")
+            for call in (lambda: windowed.reserve(window, amount, 0), lambda: windowed.fit_delay(window, amount)):
+                await refused(call())
+        finally:
+            await store.redis.aclose()
+
+    run(main())
+
+
+def test_cancel_refuses_a_record_of_another_shape(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        store = RedisStore(redis_url, "records")
+        try:
+            reserved = await store.reserve(RATES, 10.0, 0)
+            assert isinstance(reserved, _store_redis.Reserved)
+            epoch, before, after = reserved.record.split()
+            for record in (b"", epoch, epoch + b" x " + after, epoch + b" " + before + b" " + after + b" 1 2",
+                           epoch + b" -1 " + after, epoch + b" " + after + b" " + before + b"0"):
+                await refused(store.cancel(RATES, record))
+            assert await store.tokens(RATES) == pytest.approx(0, abs=0.01)
+            assert await store.cancel(RATES, reserved.record) == 1  # the real one still gives it back
+            assert await store.tokens(RATES) == pytest.approx(10, abs=0.01)
+        finally:
+            await store.redis.aclose()
+
+    run(main())
+
+
+def test_set_rate_and_pause_refuse_malformed_words(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        store = RedisStore(redis_url, "admin")
+        try:
+            await store.reserve(RATES, 1.0, 0)
+            for index, ns, burst in ((1, -1e9, 5.0), (0, 1e9, float("nan")), (5, 1e9, 5.0), (0, 1e9, -2.0)):
+                await refused(store.set_rate(RATES, index, ns, burst))
+            await refused(store.pause(RATES, -10**9))
+            assert await store.tokens(RATES) == pytest.approx(9, abs=0.01)
+            await refused(store._for_key("new").reserve(definition([(1e9, -10.0, 0.0)]), 1.0, 0))  # a bad definition
+        finally:
+            await store.redis.aclose()
+
+    run(main())
+
+
+def test_the_lease_script_refuses_a_negative_give_back_and_a_forged_holder(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        store = RedisStore(redis_url, "leased", lease=1.0, units=4)
+        leased = lease_definition(4, 1.0, [(1e9, 8.0, 8.0)])
+        try:
+            lease = await store.lease_units(leased, "a", 0, 4, 1.0)
+            assert lease.units == 4
+            await refused(store.lease_units(leased, "a", -100, 4, 1.0))  # would hand 104 units back
+            await refused(store.lease_units(leased, "b,4,4,99999999999999999", 0, 4, 1.0))
+            await refused(store.lease_units(leased, "b", 0, 4, float("nan")))
+            again = await store.lease_units(leased, "c", 0, 4, 1.0)
+            assert again.units == 0  # a holds every unit still: none was made
+        finally:
+            await store.redis.aclose()
+
+    run(main())
+
+
+def test_the_scripts_every_client_loads_take_no_time_from_a_client(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        store = RedisStore(redis_url, "clock")
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            await store.reserve(RATES, 10.0, 0)  # empty: 10 s to refill on the server's clock
+            script = _store_redis._SCRIPTS["gcra"]
+            now_us = int((await client.time())[0]) * 10**6
+            reply = await client.execute_command("EVALSHA", script.sha, 1, store.redis_key, RATES, "tokens",
+                                                 str(now_us + DAY_US), "1")  # a day ahead, "use it"
+            assert float(reply.split()[1]) < 0.5, reply
+        finally:
+            await client.aclose()
+            await store.redis.aclose()
+
+    run(main())
+
+
+def test_a_window_keeps_at_most_its_cap_of_grants_in_its_log(run: Run[None], redis_url: str) -> None:
+    most = 4096
+
+    async def main() -> None:
+        store = RedisStore(redis_url, "crowded")
+        window = window_definition(3600 * 10**9, 1e6)  # room for a million tokens an hour
+        try:
+            granted = [await store.reserve(window, 1e-3, 0) for _ in range(most + 1)]
+            assert [isinstance(g, _store_redis.Reserved) for g in granted] == [True] * most + [False]
+            assert await store.redis.zcard(store.redis_key + ":log") == most
+            assert await store.fit_delay(window, 1e-3) > 0  # until the oldest grant leaves its window
+        finally:
+            await store.redis.aclose()
+
+    run(main())
