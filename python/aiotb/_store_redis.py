@@ -2,7 +2,7 @@
 the server: rates in one hash, a window in a hash and a sorted set beside it. Each decision is one
 round trip: a Lua script (``_redis_gcra.lua`` or ``_redis_window.lua``, each after
 ``_redis_common.lua``; sent by EVALSHA and loaded again after ``NOSCRIPT``) that reads the server's
-clock, decides and records. The store sends EVALSHA itself, with three arguments: the client pays
+clock, decides and records. The store sends EVALSHA itself, with two arguments: the client pays
 on every call for redis-py's ``Script`` object and for each argument it sends. This module knows
 where the state lives and nothing of event loops; ``_redis_limiter`` waits."""
 
