@@ -41,7 +41,8 @@ class CheckedLimiter(LoggedLimiter):
 
 
 def store(args: dict[str, Any]) -> SharedMemoryStore:
-    return SharedMemoryStore(args["name"], mode=args.get("mode", 0o600), trusted_uids=args.get("trusted", ()))
+    trusted = {"trusted_uids": args["trusted"]} if "trusted" in args else {}
+    return SharedMemoryStore(args["name"], mode=args.get("mode", 0o600), **trusted)
 
 
 def join(args: dict[str, Any]) -> dict[str, Any]:
