@@ -151,9 +151,9 @@ def test_waiters_are_granted_at_the_rate_in_order(run: Run[None], redis_url: str
             await asyncio.sleep(0)  # queued in the order of i
         await asyncio.gather(*tasks)
         assert order == list(range(n))
-        assert excess(used, 1e9 / rate, burst) < 1  # at use instants: within one token of the bound
-        span = (used[-1] - used[0]) / 1e9
-        assert span >= (n - burst) / rate * 0.99  # paced, not all at once
+        # at use instants: within one token of the bound (all at once would be 17 over; how long the uses
+        # spanned is not the measure: a first use held up by a busy loop shortens it, and did by 0.6 ms)
+        assert excess(used, 1e9 / rate, burst) < 1
         stats = limiter.stats()
         assert stats.granted == n and stats.waits == n and stats.waiting == 0
         await closed(limiter, None)
