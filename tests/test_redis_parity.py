@@ -247,7 +247,10 @@ class Stream:
             assert "p" not in h
         else:
             self.same_instant("the pause", h["p"], base, twin.paused_until * TICKS_PER_NS, Fraction(0))
-        if not wrote:
+        changed = any(rate.ns_per_token != ns_per_token or rate.burst != burst
+                      for rate, (ns_per_token, burst, _) in zip(twin.rates, self.rates))
+        assert h.get("c", "0") == ("1" if changed else "0")
+        if not wrote or changed:  # rates that set_rate changed outlive a full bucket: the hash never expires
             assert client.last_ttl == NO_EXPIRY
             return
         last = max([now, *self.script_f] + ([twin.paused_until] if twin.paused_until != NO_PAUSE else []))

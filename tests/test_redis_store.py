@@ -375,6 +375,27 @@ def test_penalize_and_set_rate_reach_every_client(run: Run[None], redis_url: str
     run(main())
 
 
+def test_a_rate_change_outlives_a_full_bucket(run: Run[None], redis_url: str) -> None:
+    """A full bucket's hash expires (nothing in it differs from a new one), but not once set_rate changed its
+    rates: the next client would create it again from its own definition, and the change would be lost (the
+    hash of a bucket left full by set_rate expired 1 ms later). Set back to the definition, it expires again."""
+    async def main() -> None:
+        a = limiter_on(aiotb, redis_url, 1000, 1, burst=10)
+        await a.set_rate(1, 3600, burst=3)  # full at the new burst: 3 tokens, no refill to speak of
+        await asyncio.sleep(0.05)
+        b = limiter_on(aiotb, redis_url, 1000, 1, burst=10)
+        assert await b.read_tokens() == 3
+        assert await b.try_acquire(3)
+        assert not await b.try_acquire(1)
+        await a.set_rate(1000, 1, burst=10)  # the definition's rate again: the bucket fills, its hash expires
+        await asyncio.sleep(0.05)
+        assert await b.store.redis.exists(f"aiotb:{{{KEY}}}") == 0
+        await b.store.redis.aclose()
+        await closed(a, None)
+
+    run(main())
+
+
 def test_a_client_clock_off_by_seconds_changes_nothing(run: Run[None], redis_url: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     async def main() -> None:

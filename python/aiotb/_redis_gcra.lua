@@ -6,7 +6,9 @@
 
 local key = KEYS[1]
 
--- The state: rates r[i] = {t = ns per token, b = burst, k = burst in ns, f = F}, epoch e, pause p (or nil).
+-- The state: rates r[i] = {t = ns per token, b = burst, k = burst in ns, f = F}, epoch e, pause p (or nil), and c
+-- (1) while set_rate has left the rates other than the definition's: the hash then never expires, as a full
+-- bucket's otherwise does, which would lose the change (the next client creating it from the definition).
 local MOST_REFILL = 2 ^ 52  -- ns: the longest full refill kept exact
 
 local function checked_rate(t, b)  -- ns per token and burst, each finite and > 0, refilled within MOST_REFILL
@@ -34,14 +36,14 @@ local function created(now_us)  -- a fresh state from the definition, holding ea
 end
 
 local function loaded(now_us)  -- the stored state, a fresh one, or nil and the stored definition
-    local h = redis.call('HMGET', key, 'd', 'e', 'p', 'n', 't1', 'b1', 'k1', 'f1')  -- the first rate with the rest:
+    local h = redis.call('HMGET', key, 'd', 'e', 'p', 'n', 't1', 'b1', 'k1', 'f1', 'c')  -- the first rate with the rest:
     if h[1] ~= definition then                                                      -- one call for one rate
         if not h[1] and redis.call('EXISTS', key) == 0 then
             return created(now_us)
         end
         return nil, h[1] or nil
     end
-    local s = {e = tonumber(h[2]), p = tonumber(h[3]),
+    local s = {e = tonumber(h[2]), p = tonumber(h[3]), c = h[9] == '1',
                r = {{t = tonumber(h[5]), b = tonumber(h[6]), k = tonumber(h[7]), f = tonumber(h[8])}}}
     local n = tonumber(h[4])
     if n > 1 then
@@ -77,7 +79,7 @@ end
 local function stored(s, now, whole)  -- writes the state's instants (whole: all of it); it expires once every
     local fields = {}                    -- rate is full again and the pause over
     if whole or s.fresh or s.rebased then
-        fields = {'d', definition, 'e', int(s.e), 'n', #s.r}
+        fields = {'d', definition, 'e', int(s.e), 'n', #s.r, 'c', s.c and '1' or '0'}
     end
     local last = now
     for i, r in ipairs(s.r) do
@@ -94,7 +96,11 @@ local function stored(s, now, whole)  -- writes the state's instants (whole: all
         last = math.max(last, s.p)
     end
     redis.call('HSET', key, unpack(fields))
-    redis.call('PEXPIRE', key, math.max(1, math.ceil((last - now) / 1e6)))
+    if s.c then
+        redis.call('PERSIST', key)
+    else
+        redis.call('PEXPIRE', key, math.max(1, math.ceil((last - now) / 1e6)))
+    end
 end
 
 local function need(r, amount)  -- ns of a rate's tokens that amount takes
@@ -209,6 +215,12 @@ elseif op == 'set_rate' then  -- index, ns per token, burst: keeps the tokens he
     local held = r.b - math.max(0, r.f - now) / r.t  -- below 0 for tokens reserved ahead
     r.t, r.b, r.k = t, b, math.ceil(b * t)
     r.f = now + math.ceil((b - math.min(held, b)) * t)
+    s.c = false  -- whether any rate now differs from the definition's
+    local i = 0
+    for dt, db in string.gmatch(definition, '([^,;]+),([^,;]+),[^,;]+') do
+        i = i + 1
+        s.c = s.c or tonumber(dt) ~= s.r[i].t or tonumber(db) ~= s.r[i].b
+    end
     stored(s, now, true)
     return reply(OK)
 elseif op == 'pause' then  -- ns from now: no grant before then (a later pause only moves it later)
