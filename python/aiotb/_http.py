@@ -1,16 +1,22 @@
 """What the HTTP client integrations (``aiotb.httpx``, ``aiotb.aiohttp``) share: the checked
-``amount`` and ``retries`` of a limited client, and the reading of a response that asks the
-client to come back later."""
+``amount``, ``retries`` and ``max_pause`` of a limited client, and the reading of a response that
+asks the client to come back later."""
 
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+import datetime
+import logging
+from typing import Awaitable, Callable, TypeVar, cast
 
+from . import _params
 from ._limiter import Limiter
 
 RequestT = TypeVar("RequestT")
 
 RETRY_STATUSES = frozenset({429, 503})  # Too Many Requests, Service Unavailable: the statuses Retry-After pauses
+MAX_PAUSE = 300.0  # s: the longest pause a server may ask by default, aiohttp's default total timeout
+
+log = logging.getLogger("aiotb.http")
 
 
 def amount(limiter: Limiter, value: float | Callable[[RequestT], float]) -> float | Callable[[RequestT], float]:
@@ -36,15 +42,34 @@ def retries(value: object) -> int:
     return value
 
 
-def pause(limiter: Limiter, status: int, retry_after: str | None) -> bool:
-    """Whether a response asks to be sent again later: a 429 or 503 with a Retry-After header. If it
-    does, the limiter grants nothing until the header's time has passed. A Retry-After the limiter
-    cannot take (neither delta-seconds nor an HTTP date, or too far ahead) reads as none: the
-    response is the answer, as one without the header would be."""
+def max_pause(value: object) -> float:
+    """The longest pause a server may ask of a client: seconds > 0, below the engine's range (about 9
+    years), or TypeError/ValueError naming max_pause."""
+    return _params.pause("max_pause", value, _params.positive("max_pause", value))
+
+
+async def pause(limiter: Limiter, status: int, retry_after: str | None, most: float, host: str | None) -> bool:
+    """Whether a response of ``host`` asks to be sent again later: a 429 or 503 with a Retry-After
+    header. If it does, the limiter grants nothing until the header's time has passed, or for
+    ``most`` seconds if it asks more (logged as a warning). A Retry-After that is neither
+    delta-seconds nor an HTTP date, or that the limiter cannot take, reads as none: the response is
+    the answer, as one without the header would be. Over any limiter: a store's ``penalize`` that
+    takes a round trip is awaited."""
     if status not in RETRY_STATUSES or retry_after is None:
         return False
     try:
-        limiter.retry_after(retry_after)
+        asked = _params.retry_after(retry_after, datetime.datetime.now(datetime.timezone.utc))
     except ValueError:
+        return False
+    if asked > most:
+        log.warning("%s answered %d with Retry-After %r, a pause of %.6g s: paused for max_pause, %.6g s",
+                    host or "a server", status, retry_after[:80], asked, most)
+    # over a remote store, penalize is a coroutine function: one round trip
+    penalize = cast(Callable[[float], Awaitable[None] | None], limiter.penalize)
+    try:
+        paused = penalize(min(asked, most))
+        if paused is not None:
+            await paused
+    except ValueError:  # beyond what the store can hold
         return False
     return True

@@ -18,7 +18,7 @@ __all__ = ["limiter_middleware"]
 
 
 def limiter_middleware(limiter: Limiter, *, amount: float | Callable[[aiohttp.ClientRequest], float] = 1,
-                       retries: int = 3) -> aiohttp.ClientMiddlewareType:
+                       retries: int = 3, max_pause: float = _http.MAX_PAUSE) -> aiohttp.ClientMiddlewareType:
     """An aiohttp client middleware that sends each request through ``limiter``.
 
     ``amount``: the tokens of a request, a number or a callable of the ``aiohttp.ClientRequest``,
@@ -29,18 +29,21 @@ def limiter_middleware(limiter: Limiter, *, amount: float | Callable[[aiohttp.Cl
     aiohttp releases it (at the latest when it is collected); an upgraded connection (a WebSocket)
     holds it until it is closed.
 
-    A 429 or 503 response with a ``Retry-After`` header calls ``limiter.retry_after(header)``, so
-    that no request of any task is sent before then, even once this request has no retries left;
-    the response is read and released, and the request is sent again in a new slot, at most ``retries``
-    times; the last response is returned as it is. A ``Retry-After`` that is neither delta-seconds nor an HTTP date, or is too far ahead
-    for the limiter, is taken as no ``Retry-After``: the response is returned, and the limiter is
-    not paused. aiohttp's ``ClientTimeout.total`` (5 minutes by default) counts the wait for the
+    A 429 or 503 response with a ``Retry-After`` header pauses the limiter until then (awaited
+    over a remote store), so that no request of any task is sent before then, even once this
+    request has no retries left; the response is read and released, and the request is sent again
+    in a new slot, at most ``retries`` times; the last response is returned as it is. A server (or
+    a redirect target) that asks more than ``max_pause`` seconds (default 300) pauses the limiter
+    for ``max_pause``, with a warning on the ``aiotb.http`` logger. A ``Retry-After`` that is
+    neither delta-seconds nor an HTTP date, or is too far ahead for the limiter, is taken as no
+    ``Retry-After``: the response is returned, and the limiter is not paused. aiohttp's ``ClientTimeout.total`` (5 minutes by default) counts the wait for the
     limiter and for a ``Retry-After`` too: a long queue ends in ``TimeoutError`` unless it is
     raised or set to None.
 
     Put it first in ``middlewares`` so that the middlewares after it run once per attempt."""
     tokens_of = _http.amount(limiter, amount)
     most_retries = _http.retries(retries)
+    longest = _http.max_pause(max_pause)
 
     async def limited(request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
         tokens = _http.tokens(tokens_of, request)
@@ -61,7 +64,8 @@ def limiter_middleware(limiter: Limiter, *, amount: float | Callable[[aiohttp.Cl
                 slot.release()
             else:
                 connection.add_callback(slot.release)
-            paused = _http.pause(limiter, response.status, response.headers.get("Retry-After"))
+            paused = await _http.pause(limiter, response.status, response.headers.get("Retry-After"), longest,
+                                       request.url.host)
             if not paused or not retries_left:
                 return response
             retries_left -= 1

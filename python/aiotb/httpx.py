@@ -28,19 +28,24 @@ class LimitedTransport(httpx.AsyncBaseTransport):
     the client's stream block exiting) or the transport raises; a streamed response left open
     holds it, and a window's capacity with it, until it is closed.
 
-    A 429 or 503 response with a ``Retry-After`` header calls ``limiter.retry_after(header)``, so
-    that no request of any task is sent before then, even once this request has no retries left;
-    the response is read and closed, and the request is sent again in a new slot, at most ``retries``
-    times; the last response is returned as it is. A request whose body is a stream cannot be sent twice (httpx raises
-    ``StreamConsumed``). A ``Retry-After`` that is neither delta-seconds nor an HTTP date, or is
-    too far ahead for the limiter, is taken as no ``Retry-After``: the response is returned, and
-    the limiter is not paused. The wait for the limiter and for a ``Retry-After`` is not bounded
-    by httpx's timeouts: wrap the call in ``asyncio.timeout`` to bound it."""
+    A 429 or 503 response with a ``Retry-After`` header pauses the limiter until then (awaited
+    over a remote store), so that no request of any task is sent before then, even once this
+    request has no retries left; the response is read and closed, and the request is sent again in
+    a new slot, at most ``retries`` times; the last response is returned as it is. A request whose
+    body is a stream cannot be sent twice (httpx raises ``StreamConsumed``). A server (or a
+    redirect target) that asks more than ``max_pause`` seconds (default 300) pauses the limiter for
+    ``max_pause``, with a warning on the ``aiotb.http`` logger. A ``Retry-After`` that is neither
+    delta-seconds nor an HTTP date, or is too far ahead for the limiter, is taken as no
+    ``Retry-After``: the response is returned, and the limiter is not paused. The wait for the
+    limiter and for a ``Retry-After`` is not bounded by httpx's timeouts: wrap the call in
+    ``asyncio.timeout`` to bound it."""
 
     def __init__(self, limiter: Limiter, transport: httpx.AsyncBaseTransport | None = None, *,
-                 amount: float | Callable[[httpx.Request], float] = 1, retries: int = 3) -> None:
+                 amount: float | Callable[[httpx.Request], float] = 1, retries: int = 3,
+                 max_pause: float = _http.MAX_PAUSE) -> None:
         self._amount = _http.amount(limiter, amount)
         self._retries = _http.retries(retries)
+        self._max_pause = _http.max_pause(max_pause)
         self._limiter = limiter
         self._transport = httpx.AsyncHTTPTransport() if transport is None else transport
 
@@ -60,7 +65,8 @@ class LimitedTransport(httpx.AsyncBaseTransport):
         retries = self._retries
         while True:
             response = await self._send(request, tokens)
-            paused = _http.pause(self._limiter, response.status_code, response.headers.get("Retry-After"))
+            paused = await _http.pause(self._limiter, response.status_code, response.headers.get("Retry-After"),
+                                       self._max_pause, request.url.host)
             if not paused or not retries:
                 return response
             retries -= 1
