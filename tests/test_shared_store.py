@@ -373,6 +373,10 @@ def test_a_stopped_process_releases_no_backlog(name: str) -> None:
 
 
 def test_a_killed_process_leaves_the_store_working(name: str) -> None:
+    """Two processes after a third was killed mid-run get the rate, less what the victim held, as far as this
+    machine keeps up: the same two processes on a store of their own, just before and just after, sustain what
+    the machine can now (the lesser of the two runs); the survivors get 0.8 x that or the rate, whichever is
+    less. (They got 177 grants in a second against 200 once, the machine loaded by other tests.)"""
     rate, burst = 200, 5
     Limiter(rate, 1, burst=burst, store=SharedMemoryStore(name))  # created here
     results, ready = SPAWN.Queue(), SPAWN.Barrier(2)
@@ -382,10 +386,24 @@ def test_a_killed_process_leaves_the_store_working(name: str) -> None:
     time.sleep(0.3)
     os.kill(victim.pid, signal.SIGKILL)
     victim.join(JOIN)
-    logs = run_workers(take_until, [(name, (rate, 1), {"burst": burst}, 20, 1_000_000_000)] * 2)
-    counted = [t for _, c, _ in logs for t in c]
-    span = (max(counted) - min(counted)) / 1e9
-    assert len(counted) >= 0.8 * rate * span  # the survivors get the rate, less what the victim held
+
+    def granted_per_second(store_name: str) -> tuple[list[int], float]:
+        logs = run_workers(take_until, [(store_name, (rate, 1), {"burst": burst}, 20, 1_000_000_000)] * 2)
+        counted = [t for _, c, _ in logs for t in c]
+        return counted, len(counted) / ((max(counted) - min(counted)) / 1e9)
+
+    def unharmed() -> float:
+        fresh = f"{name}-alone"
+        try:
+            Limiter(rate, 1, burst=burst, store=SharedMemoryStore(fresh))
+            return granted_per_second(fresh)[1]
+        finally:
+            SharedMemoryStore.unlink(fresh)
+
+    before = unharmed()
+    counted, survivors = granted_per_second(name)
+    machine = min(before, unharmed())
+    assert survivors >= min(0.8 * rate, 0.8 * machine), (survivors, machine)
     assert excess(counted, 1e9 / rate, burst) <= 1e-6
 
 
