@@ -2,13 +2,14 @@
 request, ``aiotb.httpx.LimitedTransport`` and ``aiotb.aiohttp.limiter_middleware``.
 
 End to end, against a local server that limits as an API does (tests/http_server.py), on a real loop: no
-request over the server's limit, and a ``Retry-After`` kept by every request. Throughput is only bounded
-from below, loosely: benchmarks measure it. A window holds each slot until the response, so it keeps the
+request over the server's limit through a window, and a ``Retry-After`` kept by every request. Throughput
+is not asserted: benchmarks measure it. A window holds each slot until the response, so it keeps the
 server's limit however late a request arrives after its grant; a bucket counts from the grant, and its
 margin here (at most 95 grants in any second against the server's 100) covers about 55 ms of difference
-between the grant-to-arrival times of a second's requests. So each run opens its first connections before
-it starts and starts its requests one per loop iteration: cold connections and a loop held by 295 new
-tasks made the first grants arrive 70-96 ms late in asyncio's debug mode, and the bucket got 429s. What the integrations do with one request (its amount, the
+between the grant-to-arrival times of a second's requests, which a busy loop exceeds: its 429s are counted.
+Each run opens its first connections before it starts and starts its requests one per loop iteration: cold
+connections and a loop held by 295 new tasks made the first grants arrive 70-96 ms late in asyncio's debug
+mode. What the integrations do with one request (its amount, the
 hold of its slot, its retries, its errors) is checked on the virtual clock with httpx's mock transport,
 and against small local servers for aiohttp, whose middlewares need a real connection."""
 
@@ -146,13 +147,13 @@ async def aiohttp_middleware(lib: SimpleNamespace, limiter: Any, url: str, attem
         yield send
 
 
-async def send_all(send: Send, n: int, limited: bool = True) -> list[int]:
+async def send_all(send: Send, n: int) -> list[int]:
     """n requests, one more each iteration of the loop, as a producer would start them (started all in one
     iteration, 295 httpx requests held the loop for 70 ms in asyncio's debug mode while the first grants waited
     to be sent)."""
     tasks = []
     for _ in range(n):
-        tasks.append(asyncio.create_task(send(limited)))
+        tasks.append(asyncio.create_task(send()))
         await asyncio.sleep(0)
     return await asyncio.gather(*tasks)
 
@@ -177,20 +178,17 @@ def sustained_rate(server: RateLimitedServer) -> float:
     return (len(server.arrivals) - 1) / (last - first)
 
 
-async def no_429_run(lib: SimpleNamespace, client: str, limits: str,
-                     limited: bool = True) -> tuple[list[int], RateLimitedServer, Any]:
-    """One client through a new limiter of kind limits, against a server of its own; limited=False: the same
-    requests around the limiter, to a server that answers every one (what this machine sustains)."""
+async def no_429_run(lib: SimpleNamespace, client: str, limits: str) -> tuple[list[int], RateLimitedServer, Any]:
+    """One client through a new limiter of kind limits, against a server of its own."""
     limiter = LIMITS[limits](lib)
-    async with RateLimitedServer(SERVER_LIMIT if limited else REQUESTS, 1.0, processing=PROCESSING,
-                                 jitter=JITTER) as server, \
+    async with RateLimitedServer(SERVER_LIMIT, 1.0, processing=PROCESSING, jitter=JITTER) as server, \
             CLIENTS[client](lib, limiter, server.url, Attempts()) as send:
         # Open some connections first, around the limiter: a bucket counts from the grant, and the first
         # grants, on new connections, would reach the server later than the next ones.
         await asyncio.gather(*(send(limited=False) for _ in range(WARM_CONNECTIONS)))
         server.reset()
         async with asyncio.timeout(RUN_WITHIN):
-            statuses = await send_all(send, REQUESTS, limited)
+            statuses = await send_all(send, REQUESTS)
     return statuses, server, limiter
 
 
@@ -204,7 +202,7 @@ def at_once(run_on: Callable[..., Any], runs: list[Awaitable[T]]) -> list[T]:
 
 @pytest.mark.parametrize("limits", LIMITS)
 def test_no_request_over_the_servers_limit(lib, run_on, limits):
-    """Every request answered, and the limiter slows no client below its rate, as far as this machine keeps up.
+    """Every request answered, and none over the server's limit where the limiter promises it.
 
     The window holds each slot until its response, so it keeps the server's count, taken at arrival, whatever
     the time from grant to arrival: no 429. A bucket counts from its grants (the bound at its grant instants is
@@ -214,29 +212,21 @@ def test_no_request_over_the_servers_limit(lib, run_on, limits):
     process, the instants the requests set out exceeded burst + rate * t by 1.6 and 3.1 tokens, tasks granted
     in order resuming late by different amounts. So a bucket's 429s here are counted, not asserted.
 
-    The same clients, at once, send the same requests around the limiter just before and just after: what this
-    machine sustains now, the lesser of the two. A limited client sustains 0.8 x the limiter's rate where the
-    machine has room for it, and half the machine's rate where it has not: under asyncio's debug mode, two busy
-    processes beside it and this suite's neighbours, the machine sustained 23-34/s, two runs back to back
-    differing by up to 0.69 x, and one limited run 0.39 x the run before it (on a slow day the limited clients
-    sustained 32-75/s against 98/s, with no 429: the machine's speed, not the limiter's)."""
-    def around() -> list[tuple[list[int], RateLimitedServer, Any]]:
-        return at_once(run_on, [no_429_run(lib, client, limits, limited=False) for client in CLIENTS])
-
-    before = around()
+    How fast the clients go is this machine's speed, not a promise: the limiters' rates are exact on the
+    virtual clock (tests/test_scenarios.py, tests/test_window_hold.py: every waiting grant at the first instant
+    allowed), and benchmarks/http_clients.py measures the clients side by side. On a slow day these clients
+    sustained 32-75/s against 98/s with no 429; a window's rate also falls with the time each slot is held
+    (98 per 1 s plus the response time), 60/s under a loaded run where the clients with no limiter sustained
+    140/s. The rates are printed."""
     runs = at_once(run_on, [no_429_run(lib, client, limits) for client in CLIENTS])
-    after = around()
-    for client, (statuses, server, limiter), (_, first, _), (_, last, _) in zip(
-            CLIENTS, runs, before, after):
-        rate, most = sustained_rate(server), min(sustained_rate(first), sustained_rate(last))
-        print(f"{client} {limits}: {server.count(429)} x 429, {rate:.1f}/s sustained ({most:.1f}/s with no limiter), "
+    for client, (statuses, server, limiter) in zip(CLIENTS, runs):
+        print(f"{client} {limits}: {server.count(429)} x 429, {sustained_rate(server):.1f}/s sustained, "
               f"busiest 1 s: {server.busiest()}")
-        assert len(server.arrivals) == REQUESTS and first.count(200) == last.count(200) == REQUESTS, client
+        assert len(server.arrivals) == REQUESTS, client
         if isinstance(limiter, lib.WindowLimiter):
             assert server.count(429) == 0 and statuses == [200] * REQUESTS, client
         else:
             assert sorted(set(statuses)) in ([200], [200, 429]), client
-        assert rate >= min(0.8 * limiter.rate, 0.5 * most), (client, rate, most)
 
 
 RETRY_CLIENTS = ["httpx-transport", "aiohttp-middleware"]
