@@ -16,7 +16,10 @@
 
 /* The clock's gates (clock.h): on 3.11-3.13 GIL builds, trust the context version while it is unchanged
  * (a CPython-internal field; AIOTB_PUBLIC_CLOCK=1 builds without it); on 3.11, also asyncio's running-loop
- * holder across versions. */
+ * holder across versions. What they save on an uncontended `async with` against the AIOTB_PUBLIC_CLOCK=1
+ * build (`benchmarks/run.py --only uncontended --competitors aiotb,c-bucket-bound`, medians of 5 alternating
+ * runs each, asyncio / uvloop): 3.11 both gates 74.9 / 74.6 ns against 219.8 / 218.9 ns (66 %); 3.13 the
+ * context version 95.9 / 98.0 ns against 108.1 / 106.5 ns (11 % / 8 %). */
 #if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED) && !defined(AIOTB_PUBLIC_CLOCK)
 #define AIOTB_TRUST_CONTEXT_VERSION 1
 #if PY_VERSION_HEX < 0x030C0000
