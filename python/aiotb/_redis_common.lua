@@ -46,6 +46,10 @@ local function clock_us()  -- now, in microseconds, on the server's clock
     return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+local function kept_ms(ms)  -- how long a lease key is kept: ms on clock_us's clock, which is the server's
+    return ms
+end
+
 -- A client with script rights could send any words: each is checked before anything is read or written, and a
 -- malformed one fails the script with "aiotb: ..." (the client raises StoreCorrupt), changing nothing.
 local function refuse(what, word)

@@ -130,7 +130,7 @@ local function stored()  -- writes holders, free units and pause; the key expire
     end
     redis.call('HSET', key, 'd', definition, 'H', table.concat(hs, ' '), 'F', table.concat(fs, ' '),
         'p', int(pause or 0))
-    redis.call('PEXPIRE', key, math.max(1, math.ceil((last - now) / 1000) + 1))
+    redis.call('PEXPIRE', key, kept_ms(math.max(1, math.ceil((last - now) / 1000) + 1)))
 end
 
 local function pause_left()  -- ns until the pause ends (0: none)
