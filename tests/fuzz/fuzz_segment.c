@@ -159,23 +159,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 #ifdef FUZZ_REPLAY
-// Replays the inputs named on the command line; exits non-zero (abort) on the first violation.
-int main(int argc, char **argv)
-{
-    int replayed = 0;
-    for (int i = 1; i < argc; i++) {
-        FILE *f = fopen(argv[i], "rb");
-        if (!f) {
-            perror(argv[i]);
-            return 2;
-        }
-        static uint8_t buffer[1 << 16];
-        size_t size = fread(buffer, 1, sizeof buffer, f);
-        fclose(f);
-        LLVMFuzzerTestOneInput(buffer, size);
-        replayed++;
-    }
-    printf("replayed %d inputs\n", replayed);
-    return 0;
-}
+#include "replay.h"
 #endif
