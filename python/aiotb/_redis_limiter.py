@@ -368,6 +368,9 @@ class RedisLimiter(OnItsLoop, Limiter):
                 reserved = await self._store.reserve(self._definition, waiter.amount, wait, waiter.hold, within)
         except (StoreError, ValueError) as error:
             self._settle_without_store(waiter, error)
+            if isinstance(error, StoreError):  # the lost trip may have taken the followers' tokens too: each is
+                for follower in followers:     # answered as its head was, so that no failure hides a reservation
+                    self._settle_without_store(follower, error)
             return None
         except TimeoutError as error:  # no answer by the head's deadline: it fails, the others go on
             self._queue.popleft()
@@ -513,9 +516,10 @@ class RedisLimiter(OnItsLoop, Limiter):
         return self._store.on_error != "raise" and time.monotonic() < self._down_until
 
     def _settle_without_store(self, waiter: _Waiter, error: Exception | None) -> None:
-        """Answers the head waiter without Redis: the amount's ValueError, StoreCorrupt, StoreUnavailable, or
-        on_error's grant (on_error stands in for a Redis that cannot answer, not for one whose state is wrong)."""
-        self._queue.popleft()
+        """Answers a queued waiter (the head, or a follower of its lost trip) without Redis: the amount's ValueError,
+        StoreCorrupt, StoreUnavailable, or on_error's grant (on_error stands in for a Redis that cannot answer, not
+        for one whose state is wrong)."""
+        self._queue.remove(waiter)
         if waiter.future.done():  # it left while the script failed
             return
         if isinstance(error, (ValueError, StoreCorrupt)) or (error is not None and self._store.on_error == "raise"):
