@@ -67,6 +67,31 @@ def test_a_newcomer_resumes_after_the_grants_before_it(lib, run):
     assert run(main()) == ["first", "newcomer"]
 
 
+def test_a_store_failing_in_the_loops_pass_fails_the_waiters(lib, run):
+    """A pass run by the loop's timer that meets a store it cannot trust (a shared segment fought over past its
+    bound raises StoreCorrupt there) fails the loop's waiters with that error: before, it went to the loop's
+    exception handler and the waiter waited forever."""
+    class Failing(lib.Limiter):  # type: ignore[misc, name-defined]
+        failing = False
+
+        def _grant_due(self, at: Any, owner: Any) -> Any:
+            if Failing.failing:
+                raise lib.package.StoreCorrupt("the store is corrupt")
+            return super()._grant_due(at, owner)
+
+    async def main() -> None:
+        limiter = Failing(100, 1, burst=1)
+        await limiter.acquire()
+        waiter = asyncio.ensure_future(limiter.acquire())  # due in 10 ms, on the loop's timer
+        await asyncio.sleep(0)
+        Failing.failing = True
+        with pytest.raises(lib.package.StoreCorrupt, match="corrupt"):
+            await asyncio.wait_for(waiter, 5)
+        assert limiter.waiting == 0
+
+    run(main())
+
+
 def test_asynclimiter_wakes_smallest_first(lib, run):
     async def main() -> list[int]:
         limiter = lib.AsyncLimiter(3, 0.03)  # 10 ms per unit: nothing frees up while the four queue

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ._clock import is_monotonic_loop
 from ._core import PRECISE_TIMER
+from ._store import StoreError
 
 if TYPE_CHECKING:
     from ._core import Bucket
@@ -275,12 +276,22 @@ class Dispatcher:
             self._precise.close()
             self._precise = None
 
+    def _fail_waiters(self, error: StoreError) -> None:
+        """A pass run by the loop (not by a waiter's own task) met a store that cannot answer or be trusted:
+        every waiter of this loop gets its error, rather than waiting for a pass that would fail again."""
+        bucket = self.owners.bucket
+        while (waiter := bucket._withdraw_first_of(self)) is not None:
+            if not waiter.done():
+                waiter.set_exception(error)
+
     def _on_timer(self) -> None:
         woke_for, self._timer, self._timer_at = self._timer_at, None, None
         try:
             self.dispatch(woke_for)
         except ReferenceError:  # the limiter is gone, and its waiters with it
             pass
+        except StoreError as error:
+            self._fail_waiters(error)
 
     def _on_precise(self) -> None:
         precise = self._precise
@@ -291,6 +302,8 @@ class Dispatcher:
             self.dispatch(woke_for, reached=True)
         except ReferenceError:  # the limiter is gone: the loop stops watching, the descriptor closes
             self.close()
+        except StoreError as error:
+            self._fail_waiters(error)
 
     def _on_wake(self) -> None:
         self._wake_pending = False
@@ -298,3 +311,5 @@ class Dispatcher:
             self.dispatch()
         except ReferenceError:
             pass
+        except StoreError as error:
+            self._fail_waiters(error)
