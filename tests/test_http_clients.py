@@ -53,18 +53,19 @@ class Attempts:
 
     def __init__(self) -> None:
         self.started: dict[str, float] = {}
-        self.responses: list[tuple[float, int]] = []
+        self.responses: list[tuple[float, int, str | None]] = []
 
     def start(self) -> str:
         tag = str(len(self.started))
         self.started[tag] = time.monotonic()
         return tag
 
-    def record(self, status: int) -> None:
-        self.responses.append((time.monotonic(), status))
+    def record(self, status: int, tag: str | None = None) -> None:
+        self.responses.append((time.monotonic(), status, tag))
 
-    def times(self, status: int) -> list[float]:
-        return [at for at, seen in self.responses if seen == status]
+    def times(self, status: int, tags: set[str | None] | None = None) -> list[float]:
+        """When responses of status came (of the attempts tagged tags, if given)."""
+        return [at for at, seen, tag in self.responses if seen == status and (tags is None or tag in tags)]
 
     def transport(self, inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
         """An httpx transport that records what it sends on ``inner``."""
@@ -74,9 +75,9 @@ class Attempts:
         """An aiohttp middleware that records what the handler after it sends."""
 
         async def record(request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
-            request.headers["X-Tag"] = self.start()
+            tag = request.headers["X-Tag"] = self.start()
             response = await handler(request)
-            self.record(response.status)
+            self.record(response.status, tag)
             return response
 
         return record
@@ -88,9 +89,9 @@ class _RecordingTransport(httpx.AsyncBaseTransport):
         self._attempts = attempts
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        request.headers["X-Tag"] = self._attempts.start()
+        tag = request.headers["X-Tag"] = self._attempts.start()
         response = await self._inner.handle_async_request(request)
-        self._attempts.record(response.status_code)
+        self._attempts.record(response.status_code, tag)
         return response
 
     async def aclose(self) -> None:
@@ -254,12 +255,19 @@ def test_retry_after_pauses_every_request(lib, run_on, limits):
 def check_retry_run(client: str, limits: str, statuses: list[int], server: RateLimitedServer,
                     attempts: Attempts) -> None:
     first = server.arrivals[0].at
-    throttled = [arrival.at for arrival in server.arrivals if arrival.status == 429]
-    print(f"{client} {limits}: {len(throttled)} x 429 in the first {THROTTLE_FOR} s, "
-          f"{server.count(200)} x 200, {sustained_rate(server):.1f}/s overall")
-    # A pause of 1 s starts when a 429 reaches the client. A request may reach the server during it only if it
-    # set out before it: a task granted just before the 429 was read may resume a loop iteration after it.
-    pauses = attempts.times(429)
+    throttled = [arrival for arrival in server.arrivals if arrival.status == 429 and arrival.at < first + THROTTLE_FOR]
+    over = [arrival for arrival in server.arrivals if arrival.status == 429 and arrival.at >= first + THROTTLE_FOR]
+    print(f"{client} {limits}: {len(throttled)} x 429 in the first {THROTTLE_FOR} s, {len(over)} over the limit "
+          f"after, {server.count(200)} x 200, {sustained_rate(server):.1f}/s overall")
+    # A bucket counts from its grants, and a busy loop can spread the time from grant to arrival past its margin
+    # (see test_no_request_over_the_servers_limit): the server's own limit may then answer 429, with no
+    # Retry-After (no pause, no retry). A window holds its slots until the responses: none.
+    assert not over or "bucket" in limits, over
+    assert statuses.count(429) == len(over) and statuses.count(200) == RETRY_REQUESTS - len(over), statuses
+    # A pause of 1 s starts when a throttled 429 (with its Retry-After) reaches the client. A request may reach
+    # the server during it only if it set out before it: a task granted just before the 429 was read may resume
+    # a loop iteration after it.
+    pauses = attempts.times(429, {arrival.tag for arrival in throttled})
     into = [(arrival.at - start, attempts.started[arrival.tag] - start) for start in pauses
             for arrival in server.arrivals if start < arrival.at < start + 1]
     print(f"  into a pause: latest arrival {max((a for a, _ in into), default=0) * 1000:.1f} ms, "
@@ -269,9 +277,7 @@ def check_retry_run(client: str, limits: str, statuses: list[int], server: RateL
             if start < arrival.at < start + 1 and attempts.started[arrival.tag] > start + TURN]
     assert not late, f"{len(late)} requests set out during a pause and reached the server in it; (seconds into " \
                      f"the pause of the arrival, of the start): {late[:10]}"
-    assert statuses == [200] * RETRY_REQUESTS
-    assert throttled and all(at < first + THROTTLE_FOR for at in throttled)  # only the throttle said 429
-    assert server.count(200) == RETRY_REQUESTS and len(attempts.responses) == len(server.arrivals)
+    assert throttled and server.count(200) == statuses.count(200) and len(attempts.responses) == len(server.arrivals)
     # The last pause: the first request to set out after it began (a turn later: one granted before it may set
     # out a loop iteration after) sets out once it has ended, and soon. Where requests arrive is not the
     # measure: one that set out before the last 429 was read may reach the server after the throttle, during
