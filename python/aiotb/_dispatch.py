@@ -276,40 +276,33 @@ class Dispatcher:
             self._precise.close()
             self._precise = None
 
-    def _fail_waiters(self, error: StoreError) -> None:
-        """A pass run by the loop (not by a waiter's own task) met a store that cannot answer or be trusted:
-        every waiter of this loop gets its error, rather than waiting for a pass that would fail again."""
-        bucket = self.owners.bucket
-        while (waiter := bucket._withdraw_first_of(self)) is not None:
-            if not waiter.done():
-                waiter.set_exception(error)
+    def _loop_pass(self, woke_for: float | None = None, reached: bool = False) -> bool:
+        """A pass run by the loop itself (a timer, a wake-up), not by a waiter's own task. A store that cannot
+        answer or be trusted fails every waiter of this loop with its error, rather than leaving them to a pass
+        that would fail again. False if the limiter is gone, and its waiters with it."""
+        try:
+            self.dispatch(woke_for, reached)
+        except ReferenceError:
+            return False
+        except StoreError as error:
+            bucket = self.owners.bucket
+            while (waiter := bucket._withdraw_first_of(self)) is not None:
+                if not waiter.done():
+                    waiter.set_exception(error)
+        return True
 
     def _on_timer(self) -> None:
         woke_for, self._timer, self._timer_at = self._timer_at, None, None
-        try:
-            self.dispatch(woke_for)
-        except ReferenceError:  # the limiter is gone, and its waiters with it
-            pass
-        except StoreError as error:
-            self._fail_waiters(error)
+        self._loop_pass(woke_for)
 
     def _on_precise(self) -> None:
         precise = self._precise
         if precise is None or self._timer is not precise or not precise.expired():
             return  # seen readable before it was armed again, or stopped: no instant came
         woke_for, self._timer_at = self._timer_at, None  # still watched: the pass re-arms it or stops it
-        try:
-            self.dispatch(woke_for, reached=True)
-        except ReferenceError:  # the limiter is gone: the loop stops watching, the descriptor closes
+        if not self._loop_pass(woke_for, reached=True):  # the loop stops watching, the descriptor closes
             self.close()
-        except StoreError as error:
-            self._fail_waiters(error)
 
     def _on_wake(self) -> None:
         self._wake_pending = False
-        try:
-            self.dispatch()
-        except ReferenceError:
-            pass
-        except StoreError as error:
-            self._fail_waiters(error)
+        self._loop_pass()
