@@ -86,7 +86,7 @@ def use(args: dict[str, Any]) -> dict[str, Any]:
                 except StoreCorrupt as error:
                     corrupt(error)
                     await asyncio.sleep(0.001)  # a failing store answers at once: let the other tasks run
-                except TimeoutError:  # a rate word moved under a queued reservation strands it (Python 3.14, loaded)
+                except TimeoutError:  # rate words moved past the furthest instant a reservation may reach
                     log["stranded"] = log.get("stranded", 0) + 1
                     await asyncio.sleep(0.001)
                 log["calls"] += 1

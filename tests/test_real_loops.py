@@ -92,6 +92,37 @@ def test_a_store_failing_in_the_loops_pass_fails_the_waiters(lib, run):
     run(main())
 
 
+def test_a_store_failing_in_a_cancelled_waiters_pass_fails_the_others_and_keeps_the_cancel(lib, run):
+    """The pass a cancelled waiter runs on its way out meets a store it cannot trust: the waiter still ends
+    cancelled (not with the store's error in place of its CancelledError), and the waiter behind it fails with
+    the store's error at once, not when a timer set for the cancelled one fires."""
+    class Failing(lib.Limiter):  # type: ignore[misc, name-defined]
+        failing = False
+
+        def _grant_due(self, at: Any, owner: Any) -> Any:
+            if Failing.failing:
+                raise lib.package.StoreCorrupt("the store is corrupt")
+            return super()._grant_due(at, owner)
+
+    async def main() -> float:
+        limiter = Failing(1, 60, burst=1)  # a token a minute: nothing is granted while this runs
+        await limiter.acquire()
+        first = asyncio.ensure_future(limiter.acquire())
+        second = asyncio.ensure_future(limiter.acquire())
+        await asyncio.sleep(0)
+        Failing.failing = True
+        first.cancel()
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        with pytest.raises(lib.package.StoreCorrupt, match="corrupt"):
+            await asyncio.wait_for(second, 5)
+        assert limiter.waiting == 0
+        return asyncio.get_running_loop().time() - started
+
+    assert run(main()) < 5
+
+
 def test_asynclimiter_wakes_smallest_first(lib, run):
     async def main() -> list[int]:
         limiter = lib.AsyncLimiter(3, 0.03)  # 10 ms per unit: nothing frees up while the four queue

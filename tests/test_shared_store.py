@@ -24,7 +24,7 @@ import aiotb
 from aiotb import Limiter, SharedMemoryStore, StoreCorrupt, WindowLimiter
 from aiotb import _tokenbucket  # noqa: F401  (a failing C import must fail these tests)
 from aiotb._store_shm import JOIN_WAIT
-from aiotb._tokenbucket import SHM_OK, Segment
+from aiotb._tokenbucket import SHM_EFOREIGN, SHM_OK, Segment
 from shm_workers import logged, take_until, try_until
 from spawned import JOIN, SPAWN, excess, run_workers
 from virtual_loop import VirtualClockLoop
@@ -531,3 +531,45 @@ def test_a_reservation_reached_late_is_not_used_as_it_stands(name: str) -> None:
     # Counted 200 ms before its use, the reserved token would come on top of the one the bucket refilled
     # meanwhile (1.0 left now); taken afresh instead, it leaves nothing (the stale one is lost).
     assert asyncio.run(main()) < 0.5
+
+
+class FailingSegment:
+    """A segment whose reserve answers corrupt (SHM_EFOREIGN) for the calls numbered in failing, as one fought
+    over past its bound does; everything else is the real segment's."""
+
+    def __init__(self, segment: Segment, failing: set[int]) -> None:
+        self.segment, self.failing, self.calls = segment, failing, 0
+
+    def reserve(self, amount: float, now: int, deadline: int) -> tuple[int, int, bytes]:
+        self.calls += 1
+        if self.calls in self.failing:
+            return SHM_EFOREIGN, 0, b""
+        return self.segment.reserve(amount, now, deadline)
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.segment, attribute)
+
+
+@pytest.mark.parametrize("failing", [{1}, {2}, {3}, {2, 3}])
+def test_a_reservation_the_segment_refuses_fails_its_waiter_only(name: str, failing: set[int]) -> None:
+    """A reserve that meets a corrupt segment fails that waiter with StoreCorrupt; the waiters granted in the same
+    pass and those behind it are granted as usual. Before, its waiter was set aside and the pass raised: the
+    grants it had made were lost and the waiters behind it had no timer, so their tasks waited forever."""
+    limiter = Limiter(200, 1, burst=1, initial=0, store=SharedMemoryStore(name))  # one every 5 ms
+    segment = FailingSegment(limiter._segment, failing)  # type: ignore[attr-defined]
+    limiter._segment = segment  # type: ignore[attr-defined]
+
+    async def main() -> list[str]:
+        async def task() -> str:
+            try:
+                async with limiter:
+                    return "granted"
+            except StoreCorrupt as error:
+                assert "corrupt" in str(error)
+                return "StoreCorrupt"
+
+        return await asyncio.wait_for(asyncio.gather(*(task() for _ in range(4))), 10)
+
+    outcomes = asyncio.run(main())
+    assert outcomes == ["StoreCorrupt" if i + 1 in failing else "granted" for i in range(4)], outcomes
+    assert limiter.waiting == 0 and segment.calls == 4

@@ -79,7 +79,7 @@ class Dispatcher:
         ident = bucket._enqueue(amount, timeout, granted, self)
         try:
             if self._timer_at is None or not owners.queued_last:
-                first = self.dispatch()
+                first = self.guarded()
             else:  # queued last, behind a waiter of this loop: its timer stands, even overdue (the loop busy)
                 first = None
             if granted.done() and (ahead or first is not granted):
@@ -97,7 +97,7 @@ class Dispatcher:
                 owners.retime(self)
             # else granted by another owner's pass and posted here: the pass below gives the tokens back
             if not loop.is_closed():
-                self.dispatch()  # the next waiter may go now, or later than the timer says
+                self.guarded()  # the next waiter may go now, or later than the timer says
             raise
 
     def dispatch(self, woke_for: float | None = None, reached: bool = False) -> asyncio.Future[None] | None:
@@ -276,19 +276,27 @@ class Dispatcher:
             self._precise.close()
             self._precise = None
 
-    def _loop_pass(self, woke_for: float | None = None, reached: bool = False) -> bool:
-        """A pass run by the loop itself (a timer, a wake-up), not by a waiter's own task. A store that cannot
-        answer or be trusted fails every waiter of this loop with its error, rather than leaving them to a pass
-        that would fail again. False if the limiter is gone, and its waiters with it."""
+    def guarded(self, woke_for: float | None = None, reached: bool = False) -> asyncio.Future[None] | None:
+        """dispatch, where a store that cannot answer or be trusted fails every waiter of this loop with its
+        error, rather than leave them to a pass that would fail again, and the other owners look again (their
+        passes meet the store in turn). Raises nothing but ReferenceError (the limiter is gone)."""
         try:
-            self.dispatch(woke_for, reached)
-        except ReferenceError:
-            return False
+            return self.dispatch(woke_for, reached)
         except StoreError as error:
-            bucket = self.owners.bucket
-            while (waiter := bucket._withdraw_first_of(self)) is not None:
+            owners = self.owners
+            while (waiter := owners.bucket._withdraw_first_of(self)) is not None:
                 if not waiter.done():
                     waiter.set_exception(error)
+            owners.retime(self)
+            return None
+
+    def _loop_pass(self, woke_for: float | None = None, reached: bool = False) -> bool:
+        """A pass run by the loop itself (a timer, a wake-up), not by a waiter's own task. False if the
+        limiter is gone, and its waiters with it."""
+        try:
+            self.guarded(woke_for, reached)
+        except ReferenceError:
+            return False
         return True
 
     def _on_timer(self) -> None:

@@ -123,7 +123,7 @@ class Reservation:
         granted.cancel()
         self._dispatcher.owners.retime(self._dispatcher)
         if not self._dispatcher.loop.is_closed():
-            self._dispatcher.dispatch()
+            self._dispatcher.guarded()
         return True
 
     def __await__(self) -> Generator[Any, None, None]:
@@ -380,7 +380,7 @@ class Limiter(Bucket):
         granted = dispatcher.loop.create_future()
         granted.add_done_callback(dispatcher.not_resuming)  # its holder awaits it when it likes, or never
         ident, ready_at = self._reserve(amount, granted, dispatcher)
-        dispatcher.dispatch()
+        dispatcher.guarded()
         return Reservation(self, ident, float(amount), granted, ready_at, dispatcher)
 
     def __repr__(self) -> str:
@@ -423,7 +423,7 @@ class Limiter(Bucket):
         here = owners.dispatchers.get(loop) if loop is not None else None
         owners.retime(here)
         if here is not None:
-            here.dispatch()
+            here.guarded()
 
 
 OUT_OF_RANGE = "Amount must be a number between 0 and the maximum capacity"  # aiolimiter 1.3.0's ValueError

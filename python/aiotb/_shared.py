@@ -66,7 +66,7 @@ class _Slot(NamedTuple):
 class SharedLimiter(Limiter):
     """``Limiter(..., store=SharedMemoryStore(name))``: see the module's doc."""
 
-    __slots__ = ("_store", "_segment", "_queue", "_slot", "_queue_lock", "_idents", "_stranded", "_loop_checked",
+    __slots__ = ("_store", "_segment", "_queue", "_slot", "_queue_lock", "_idents", "_loop_checked",
                  "_counts", "_stale_after", "_restarted")
 
     def __init__(self, max_rate: float | None = None, time_period: float = 60, *,
@@ -82,7 +82,6 @@ class SharedLimiter(Limiter):
         self._slot: _Slot | None = None
         self._queue_lock = threading.Lock()  # the queue and the slot: loops and threads of this process share them
         self._idents = itertools.count(1)
-        self._stranded: list[tuple[Any, bool]] = []
         self._restarted = 0  # the waiter that gave up a stale reservation last (0: none)
         self._loop_checked: asyncio.AbstractEventLoop | None = None
         # granted, granted tokens, waits, wait ns total, wait ns max, cancelled, timeouts
@@ -164,23 +163,26 @@ class SharedLimiter(Limiter):
     def _grant_due(self, at: float | None, owner: object) -> tuple[list[Any], list[float], float | None]:
         """Grants the waiters whose reservation came due (by now, or at, the instant a timer fired
         for), reserves for the next, and says when owner's first waiter is due (loop time), None if
-        it has none at the head."""
+        it has none at the head. A waiter the segment cannot reserve for is failed, on its own loop
+        or thread, and the next one reserves: a pass never ends with grants made and not handed out,
+        or with a head that no one times."""
         segment = self._segment
         granted: list[Any] = []
         amounts: list[float] = []
+        failed: list[tuple[Any, BaseException]] = []
         woken = None
         with self._queue_lock:
             now = segment.now()
             if at is not None:
                 now = max(now, round(at * 1e9))
-            queue, counts = self._queue, self._counts
+            queue = self._queue
             while True:
                 slot = self._slot
                 if slot is not None:
                     if slot.at > now:
                         break
                     self._slot = None
-                    if self._call(segment.paused_until) > now:  # a pause set after it was reserved: it waits again
+                    if self._paused_past(slot, now, failed):  # a pause set after it was reserved: it waits again
                         continue
                     if now - slot.at > self._stale_after and slot.ident != self._restarted:
                         # stalled past its instant: counted then, not now (once per waiter: none starves)
@@ -203,23 +205,39 @@ class SharedLimiter(Limiter):
                         woken = waiter.owner  # its owner times it
                     continue
                 del queue[ident]
-                counts[5] += 1
-                if status == _ETOOLATE:
-                    self._stranded.append((waiter.handle, False))
-                elif status == _EINVAL:  # above a burst another process set
-                    self._stranded.append((waiter.handle, True))
-                else:
-                    self._stranded.append((waiter.handle, False))
-                    raise StoreCorrupt(f"{self._store!r} is corrupt: nothing was granted from it")
+                self._counts[5] += 1
+                failed.append((waiter.handle, self._refusal(status, waiter)))
             slot = self._slot
             first = slot.at / 1e9 if slot is not None and queue[slot.ident].owner is owner else None
-            stranded = bool(self._stranded)
             self._share_busy(bool(queue))
         if woken is not None:
             woken.wake()
-        if stranded:
-            self._owners.fail_stranded()
+        for handle, error in failed:
+            self._owners.fail(handle, error)
         return granted, amounts, first
+
+    def _paused_past(self, slot: _Slot, now: int, failed: list[tuple[Any, BaseException]]) -> bool:
+        """Whether a pause set after slot was reserved covers its instant (its waiter reserves again,
+        after it). A segment too corrupt to say fails the waiter. Under the lock."""
+        try:
+            return self._call(self._segment.paused_until) > now
+        except StoreCorrupt as error:
+            self._counts[5] += 1
+            failed.append((self._queue.pop(slot.ident).handle, error))
+            return True
+
+    def _refusal(self, status: int, waiter: _Waiter) -> BaseException:
+        """The error of a waiter the segment would not reserve for, by its status."""
+        if status == _EINVAL:  # above a burst another process set
+            return ValueError(f"the limiter's new burst (set by another process) is below this request's amount "
+                              f"({waiter.amount!r})")
+        if status != _ETOOLATE:
+            return StoreCorrupt(f"{self._store!r} is corrupt: nothing was granted from it")
+        if waiter.deadline < _NEVER:
+            return TimeoutError("this request can no longer be granted within its timeout")
+        return TimeoutError("this request cannot be granted: the shared rates put its grant past the furthest "
+                            "instant a reservation may reach (paused that far ahead, or written there by another "
+                            "process)")
 
     def _count_wait(self, waiter: _Waiter, slot: _Slot, now: int) -> None:
         """Counts a grant that waited: reserved at slot.at, made at now."""
@@ -267,8 +285,6 @@ class SharedLimiter(Limiter):
 
     def _withdraw_stranded(self) -> tuple[Any, bool] | None:
         with self._queue_lock:
-            if self._stranded:
-                return self._stranded.pop(0)
             burst = self.burst  # after set_rate: waiters above the new burst can never be granted
             for ident, waiter in self._queue.items():
                 if waiter.amount > burst and (self._slot is None or self._slot.ident != ident):
