@@ -263,7 +263,7 @@ def contenders(url: str, port: int, opened: list[Any], one_connection: bool = Fa
             redis.execute_command = recorded  # type: ignore[method-assign]
             limiter = Limiter(1e6, 1, burst=1e6, store=RedisStore(redis, "bench-exchange"))
             assert isinstance(limiter, RedisLimiter)
-            await limiter.try_acquire()
+            await limiter.atry_acquire()
             await redis.aclose()
         return exchange[-1]
 
@@ -350,7 +350,7 @@ def contenders(url: str, port: int, opened: list[Any], one_connection: bool = Fa
                   least_gcra, lambda delay: delay == 0),
         Contender("aiotb_acquire", "aiotb `await limiter.acquire()`", "aiotb", aiotb_acquire,
                   lambda answer: answer is None),
-        Contender("aiotb_try", "aiotb `await limiter.try_acquire()`", "aiotb", aiotb_try, true),
+        Contender("aiotb_try", "aiotb `await limiter.atry_acquire()`", "aiotb", aiotb_try, true),
         Contender("aiotb_reserve", "aiotb `await store.reserve(definition, 1.0, 0)` (the store call)", "aiotb",
                   aiotb_reserve, lambda answer: answer is not None),
         Contender("pyrate_log", "pyrate-limiter `RedisBucket` (sliding-window log)", "pyrate", pyrate_log, true),
@@ -666,10 +666,10 @@ async def time_leased(url: str, runs: int, calls: int, lease_calls: int, span: f
     rows: list[tuple[str, str, bool, Callable[[Any, int], Awaitable[tuple[float, int]]]]] = [
         ("lease_enter", f"`async with`, `RedisStore(client, key, lease={span:g}, units={units})`", True, entered),
         ("one_enter", "`async with`, `RedisStore(client, key)` (one round trip a grant)", False, entered),
-        ("lease_try", f"`await try_acquire()`, `RedisStore(client, key, lease={span:g}, units={units})`", True,
-         lambda made, count: timed(made.try_acquire, true, count)),
-        ("one_try", "`await try_acquire()`, `RedisStore(client, key)` (one round trip a grant)", False,
-         lambda made, count: timed(made.try_acquire, true, count)),
+        ("lease_try", f"`await atry_acquire()`, `RedisStore(client, key, lease={span:g}, units={units})`", True,
+         lambda made, count: timed(made.atry_acquire, true, count)),
+        ("one_try", "`await atry_acquire()`, `RedisStore(client, key)` (one round trip a grant)", False,
+         lambda made, count: timed(made.atry_acquire, true, count)),
     ]
     made = {key: limiter(f"bench-5a-{key}", leased) for key, _, leased, _ in rows}
     leased = [made[key] for key, _, is_leased, _ in rows if is_leased]

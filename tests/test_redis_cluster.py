@@ -62,8 +62,8 @@ def test_limiters_over_a_cluster(run: Run[None], cluster: list[RedisServer]) -> 
         names = [f"quota-{i}" for i in range(12)]
         limiters = [aiotb.Limiter(1, 3600, burst=2, store=aiotb.RedisStore(client, name)) for name in names]
         for limiter in limiters:
-            assert await limiter.try_acquire(2)
-            assert not await limiter.try_acquire(1)
+            assert await limiter.atry_acquire(2)
+            assert not await limiter.atry_acquire(1)
         homes = {client.keyslot(limiter.store.redis_key) for limiter in limiters}
         nodes = {client.get_node_from_key(limiter.store.redis_key).port for limiter in limiters}
         assert len(homes) == len(names) and len(nodes) > 1  # the quotas are spread over the nodes
@@ -71,18 +71,18 @@ def test_limiters_over_a_cluster(run: Run[None], cluster: list[RedisServer]) -> 
         window = aiotb.WindowLimiter(2, 3600, store=aiotb.RedisStore(client, "window"))
         assert client.keyslot(window.store.redis_key) == client.keyslot(window.store.redis_key + ":log")
         async with window:
-            assert await window.try_acquire(1)
-            assert not await window.try_acquire(1)
+            assert await window.atry_acquire(1)
+            assert not await window.atry_acquire(1)
 
         keyed = aiotb.KeyedLimiter(1, 3600, store=aiotb.RedisStore(client, "per-user"))
-        assert await keyed["alice"].try_acquire() and await keyed["bob"].try_acquire()
-        assert not await keyed["alice"].try_acquire()
+        assert await keyed["alice"].atry_acquire() and await keyed["bob"].atry_acquire()
+        assert not await keyed["alice"].atry_acquire()
 
         waiter = asyncio.ensure_future(limiters[0].acquire(1, timeout=0.5))
         with pytest.raises(TimeoutError):  # an hour away: refused at once, on the node that holds it
             await waiter
         await client.script_flush()  # every node forgets the scripts: the next call loads them again
-        assert not await limiters[1].try_acquire(1)
-        assert await aiotb.Limiter(1, 3600, burst=2, store=aiotb.RedisStore(client, "fresh")).try_acquire(2)
+        assert not await limiters[1].atry_acquire(1)
+        assert await aiotb.Limiter(1, 3600, burst=2, store=aiotb.RedisStore(client, "fresh")).atry_acquire(2)
 
     run(main())

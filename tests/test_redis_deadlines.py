@@ -95,7 +95,7 @@ def test_a_stalled_server_ends_each_call_by_its_deadline_or_the_store_timeout(ru
                 error, took = await ends_within(call, DEADLINE + MARGIN)
                 assert isinstance(error, TimeoutError) and not isinstance(error, aiotb.StoreError), repr(error)
             # no deadline: the store's timeout, then StoreUnavailable (on_error's to answer)
-            for unanswered in (limiter.acquire(), limiter.try_acquire(), limiter.read_tokens()):
+            for unanswered in (limiter.acquire(), limiter.atry_acquire(), limiter.read_tokens()):
                 error, took = await ends_within(unanswered, DEADLINE + MARGIN)
                 assert isinstance(error, aiotb.StoreUnavailable), repr(error)
                 assert took >= DEADLINE - 0.01
@@ -166,7 +166,7 @@ def test_a_read_only_replica_is_unavailable_not_corrupt(run: Run[None], own_serv
                     await asyncio.wait_for(raising.acquire(), WITHIN)
                 assert isinstance(raised.value.__cause__, redis.ReadOnlyError), repr(raised.value.__cause__)
                 allowing = aiotb.Limiter(10, 1, store=aiotb.RedisStore(client, "replica", on_error="allow"))
-                assert await asyncio.wait_for(allowing.try_acquire(), WITHIN) is True
+                assert await asyncio.wait_for(allowing.atry_acquire(), WITHIN) is True
                 fallback = aiotb.Limiter(1, PERIOD, burst=1)
                 falling = aiotb.Limiter(10, 1, store=aiotb.RedisStore(client, "replica", on_error=fallback))
                 await asyncio.wait_for(falling.acquire(), WITHIN)
@@ -202,10 +202,10 @@ def test_a_server_out_of_memory_is_unavailable(run: Run[None], own_server: Redis
             await client.config_set("maxmemory", 1)
             limiter = aiotb.Limiter(10, 1, store=aiotb.RedisStore(client, "full"))
             with pytest.raises(aiotb.StoreUnavailable) as raised:
-                await asyncio.wait_for(limiter.try_acquire(), WITHIN)
+                await asyncio.wait_for(limiter.atry_acquire(), WITHIN)
             assert isinstance(raised.value.__cause__, redis.exceptions.OutOfMemoryError), repr(raised.value.__cause__)
             await client.config_set("maxmemory", 0)
-            assert await asyncio.wait_for(limiter.try_acquire(), WITHIN) is True
+            assert await asyncio.wait_for(limiter.atry_acquire(), WITHIN) is True
         finally:
             await client.aclose()
 
@@ -240,7 +240,7 @@ def test_credentials_appear_in_no_repr_and_no_message(run: Run[None]) -> None:
             limiter = aiotb.Limiter(10, 1, store=store)
             window = aiotb.WindowLimiter(10, 1, store=store_of(url, "secret-window"))
             seen += [repr(store), repr(limiter), repr(window), repr(store._for_key("k"))]
-            assert await asyncio.wait_for(limiter.try_acquire(), WITHIN) is True  # the credentials work
+            assert await asyncio.wait_for(limiter.atry_acquire(), WITHIN) is True  # the credentials work
             other = aiotb.Limiter(5, 1, store=store)
             with pytest.raises(ValueError) as mismatch:
                 await asyncio.wait_for(other.acquire(), WITHIN)

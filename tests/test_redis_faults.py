@@ -103,7 +103,7 @@ def test_a_killed_server_fails_calls_and_queued_waiters_then_serves_afresh(run: 
                 await asyncio.wait_for(limiter.acquire(), WITHIN)
             assert_unavailable(raised.value)
             with pytest.raises(aiotb.StoreUnavailable) as raised:
-                await asyncio.wait_for(limiter.try_acquire(), WITHIN)
+                await asyncio.wait_for(limiter.atry_acquire(), WITHIN)
             assert_unavailable(raised.value)
             with pytest.raises(aiotb.StoreUnavailable):
                 await asyncio.wait_for(limiter.acquire(timeout=0.5), WITHIN)
@@ -113,7 +113,7 @@ def test_a_killed_server_fails_calls_and_queued_waiters_then_serves_afresh(run: 
             own_server.restart()  # no persistence: the key died with the server, and the script cache with it
             assert await client.exists(limiter.store.redis_key) == 0
             # a fresh key holds a full burst, where the old one owed the head's token for 200 ms more
-            assert [await limiter.try_acquire() for _ in range(burst + 1)] == [True] * burst + [False]
+            assert [await limiter.atry_acquire() for _ in range(burst + 1)] == [True] * burst + [False]
             await asyncio.wait_for(limiter.acquire(), WITHIN)  # waits for the refill, from the new key
             assert limiter.stats().granted == granted + burst + 1
         finally:
@@ -158,20 +158,20 @@ def test_on_error_allow_lets_calls_through_while_the_server_is_down(run: Run[Non
             store = aiotb.RedisStore(client, "allowed", on_error="allow")
             limiter = aiotb.Limiter(1, 10, burst=1, store=store)  # one token every 10 s
             await asyncio.wait_for(limiter.acquire(), WITHIN)
-            assert await limiter.try_acquire() is False
+            assert await limiter.atry_acquire() is False
             own_server.kill()
 
             started = time.monotonic()
             for _ in range(20):
                 await asyncio.wait_for(limiter.acquire(), WITHIN)
-                assert await asyncio.wait_for(limiter.try_acquire(), WITHIN) is True
+                assert await asyncio.wait_for(limiter.atry_acquire(), WITHIN) is True
             await asyncio.wait_for(asyncio.gather(*(limiter.acquire() for _ in range(10))), WITHIN)
             assert time.monotonic() - started < 2.0  # 50 calls that the rate would spread over 500 s
 
             own_server.restart()
             await asyncio.sleep(0.25)  # RETRY_AFTER since the last failure: Redis is asked again
             await asyncio.wait_for(limiter.acquire(), WITHIN)  # the fresh key's one token
-            assert await limiter.try_acquire() is False  # limited again
+            assert await limiter.atry_acquire() is False  # limited again
             assert await client.exists(store.redis_key) == 1
         finally:
             await client.aclose()
@@ -200,9 +200,9 @@ def test_a_fallback_limiter_paces_calls_while_the_server_is_down(run: Run[None],
             elapsed = time.monotonic() - started
             assert elapsed >= (calls - 1) / fallback_rate - 0.005  # the fallback's burst, then its rate
             assert fallback.stats().granted == calls
-            assert await asyncio.wait_for(limiter.try_acquire(), WITHIN) is False  # the fallback is empty now
+            assert await asyncio.wait_for(limiter.atry_acquire(), WITHIN) is False  # the fallback is empty now
             await asyncio.sleep(1 / fallback_rate)
-            assert await asyncio.wait_for(limiter.try_acquire(), WITHIN) is True
+            assert await asyncio.wait_for(limiter.atry_acquire(), WITHIN) is True
             assert fallback.stats().granted == calls + 1
 
             own_server.restart()
@@ -210,7 +210,7 @@ def test_a_fallback_limiter_paces_calls_while_the_server_is_down(run: Run[None],
             started = time.monotonic()
             for _ in range(20):  # at Redis's pace, not the fallback's (which would take 400 ms)
                 await asyncio.wait_for(limiter.acquire(), WITHIN)
-                assert await asyncio.wait_for(limiter.try_acquire(), WITHIN) is True
+                assert await asyncio.wait_for(limiter.atry_acquire(), WITHIN) is True
             assert time.monotonic() - started < 2 * 20 / fallback_rate
             assert fallback.stats().granted == calls + 1
             assert await client.exists(store.redis_key) == 1
@@ -240,7 +240,7 @@ def test_a_flushed_script_is_loaded_again_and_the_tokens_are_kept(run: Run[None]
 
             await client.script_flush()
             assert await cached_scripts(client) == 0
-            assert await asyncio.wait_for(limiter.try_acquire(), WITHIN) is True  # NOSCRIPT, loaded, run again
+            assert await asyncio.wait_for(limiter.atry_acquire(), WITHIN) is True  # NOSCRIPT, loaded, run again
             assert await cached_scripts(client) >= 1
             assert 5 <= await limiter.read_tokens() < 5.01  # the key's state went on: not a fresh 10
 
@@ -308,7 +308,7 @@ async def calls_under_drops(port: int, key: str, *, retries: bool) -> tuple[Tall
 
             async def try_acquires() -> None:
                 while not done():
-                    await tally.call(limiters[1].try_acquire())
+                    await tally.call(limiters[1].atry_acquire())
 
             async def drops() -> None:
                 nonlocal dropped
@@ -412,7 +412,7 @@ def test_a_connection_reset_before_its_first_command_is_store_unavailable(run_on
         client = redis.asyncio.Redis(connection_pool=pool)
         try:
             limiter = aiotb.Limiter(10, 1, store=aiotb.RedisStore(client, "reset"))
-            for call in (limiter.try_acquire, limiter.acquire, limiter.read_tokens):
+            for call in (limiter.atry_acquire, limiter.acquire, limiter.read_tokens):
                 with pytest.raises(aiotb.StoreUnavailable) as raised:
                     await asyncio.wait_for(call(), WITHIN)
                 cause = raised.value.__cause__
@@ -425,7 +425,7 @@ def test_a_connection_reset_before_its_first_command_is_store_unavailable(run_on
             assert limiter.stats().granted == 0
             allowing = aiotb.Limiter(10, 1, store=aiotb.RedisStore(client, "reset", on_error="allow"))
             await asyncio.wait_for(allowing.acquire(), WITHIN)  # let through, as for any failure to answer
-            assert await asyncio.wait_for(allowing.try_acquire(), WITHIN) is True
+            assert await asyncio.wait_for(allowing.atry_acquire(), WITHIN) is True
         finally:
             await client.aclose()
 
@@ -503,7 +503,7 @@ def test_a_paused_server_fails_calls_within_the_socket_timeout(run: Run[None], o
             await asyncio.wait_for(limiter.acquire(), WITHIN)
             paused = time.monotonic()
             own_server.pause(pause)
-            for call in (limiter.acquire, limiter.try_acquire):
+            for call in (limiter.acquire, limiter.atry_acquire):
                 started = time.monotonic()
                 with pytest.raises(aiotb.StoreUnavailable) as raised:
                     await asyncio.wait_for(call(), WITHIN)
@@ -588,7 +588,7 @@ def test_a_key_of_another_type_is_corrupt_and_grants_nothing(run: Run[None], red
             store = aiotb.RedisStore(client, "taken")
             limiter = aiotb.Limiter(10, 1, store=store)
             await client.set(store.redis_key, "x")
-            for call in (limiter.acquire, limiter.try_acquire, limiter.read_tokens, limiter.has_capacity):
+            for call in (limiter.acquire, limiter.atry_acquire, limiter.read_tokens, limiter.ahas_capacity):
                 with pytest.raises(aiotb.StoreCorrupt) as raised:
                     await asyncio.wait_for(call(), WITHIN)
                 assert isinstance(raised.value.__cause__, redis.ResponseError), repr(raised.value.__cause__)
@@ -623,7 +623,7 @@ def test_on_error_does_not_hide_a_corrupt_key(run: Run[None], redis_url: str, on
             with pytest.raises(aiotb.StoreCorrupt):
                 await asyncio.wait_for(limiter.acquire(), WITHIN)
             with pytest.raises(aiotb.StoreCorrupt):
-                await asyncio.wait_for(limiter.try_acquire(), WITHIN)
+                await asyncio.wait_for(limiter.atry_acquire(), WITHIN)
             assert fallback.stats().granted == 0
         finally:
             await client.aclose()

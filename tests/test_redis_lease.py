@@ -191,11 +191,16 @@ def test_only_limiter_takes_a_leased_store(redis_url: str) -> None:
 
 def test_what_a_leased_limiter_cannot_do_is_refused(redis_url: str) -> None:
     limiter = leased(aiotb, redis_url, 10, 1)
-    for call, match in [(lambda: limiter.set_rate(5), "keeps the rates the key was made with"),
-                        (lambda: limiter.pause_until(1.0), "penalize"), (lambda: limiter.reserve(), "reservations"),
-                        (lambda: limiter.acquire_blocking(), "event loop"), (lambda: limiter.__enter__(), "event loop")]:
+    for call, match in [(lambda: limiter.set_rate(5), r"await limiter\.aset_rate"),  # type: ignore[misc]
+                        (lambda: limiter.try_acquire(), r"await limiter\.atry_acquire"),  # type: ignore[misc]
+                        (lambda: limiter.pause_until(1.0), "penalize"),  # type: ignore[misc]
+                        (lambda: limiter.reserve(), "reservations"),  # type: ignore[misc]
+                        (lambda: limiter.acquire_blocking(), "event loop"),  # type: ignore[misc]
+                        (lambda: limiter.__enter__(), "event loop")]:  # type: ignore[misc]
         with pytest.raises(TypeError, match=match):
             call()
+    with pytest.raises(TypeError, match="keeps the rates the key was made with"):
+        asyncio.run(limiter.aset_rate(5))
 
 
 def test_bad_amounts_and_timeouts_are_refused_and_take_nothing(run: Run[None], redis_url: str) -> None:
@@ -206,7 +211,7 @@ def test_bad_amounts_and_timeouts_are_refused_and_take_nothing(run: Run[None], r
             with pytest.raises(error, match="amount"):
                 await limiter.acquire(amount)
             with pytest.raises(error, match="amount"):
-                await limiter.try_acquire(amount)
+                await limiter.atry_acquire(amount)
         with pytest.raises(ValueError, match="timeout must be finite and >= 0, got -1"):
             await limiter.acquire(1, timeout=-1)
         assert limiter.units == 0 and limiter.stats().granted == 0 and not await limiter.store.redis.exists(
@@ -244,7 +249,7 @@ def test_a_lone_limiter_takes_every_unit_and_its_burst_at_once(lib: SimpleNamesp
             await limiter.acquire()
         assert limiter.stats().waits == 0  # the burst came with the units: no grant waited for refill
         assert limiter.units == 16 and limiter.stats().granted == 5 and limiter.stats().granted_tokens == 5
-        assert not await limiter.try_acquire()
+        assert not await limiter.atry_acquire()
         assert limiter.tokens < 1
         await closed(limiter)
 
@@ -341,7 +346,7 @@ def test_units_given_back_carry_their_tokens(run: Run[None], redis_url: str) -> 
         b = leased(aiotb, redis_url, 10, 1, burst=6, lease=0.3)
         await b.acquire(5)
         assert b.stats().waits == 0  # the 5 came with the units: no wait for refill
-        assert not await b.try_acquire()
+        assert not await b.atry_acquire()
         await closed(a, b)
 
     run(main())
@@ -367,7 +372,7 @@ def test_a_lease_not_renewed_is_not_used_after_its_end(run: Run[None], redis_url
                     used.append(asyncio.get_running_loop().time())
         assert used and max(used) < renewed_until
         assert asyncio.get_running_loop().time() >= renewed_until
-        assert not await limiter.try_acquire() and limiter.tokens == 0
+        assert not await limiter.atry_acquire() and limiter.tokens == 0
         monkeypatch.undo()
         await closed(limiter)
 
@@ -500,7 +505,7 @@ def test_penalize_pauses_here_at_once_and_other_holders_as_they_renew(run: Run[N
         takers = asyncio.ensure_future(asyncio.gather(take(a), take(b)))
         await asyncio.sleep(0.2)
         paused_at = loop.time()
-        await a.penalize(0.6)
+        await a.apenalize(0.6)
         await takers
         assert not [t for t in granted[id(a)] if paused_at < t < paused_at + 0.6]
         seen_by = paused_at + 0.3 / 3 + 0.15  # b renews within a third of the span

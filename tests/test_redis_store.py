@@ -109,7 +109,7 @@ def test_a_bad_amount_is_refused_taking_nothing(lib: SimpleNamespace, run: Run[N
         with pytest.raises(error, match="amount"):
             await limiter.acquire(amount)
         with pytest.raises(error, match="amount"):
-            await limiter.try_acquire(amount)
+            await limiter.atry_acquire(amount)
         assert await limiter.read_tokens() >= before  # nothing taken: only refill since
         await closed(limiter, None)
 
@@ -120,11 +120,11 @@ def test_tokens_are_shared_by_clients_of_one_key(run: Run[None], redis_url: str)
     async def main() -> None:
         a = limiter_on(aiotb, redis_url, 1, 3600, burst=5)  # no refill to speak of within the test
         b = limiter_on(aiotb, redis_url, 1, 3600, burst=5)
-        assert await a.try_acquire(3)
+        assert await a.atry_acquire(3)
         assert 1.99 < await b.read_tokens() <= 2.01
-        assert not await b.try_acquire(3)
-        assert await b.try_acquire(2)
-        assert not await a.has_capacity(1)
+        assert not await b.atry_acquire(3)
+        assert await b.atry_acquire(2)
+        assert not await a.ahas_capacity(1)
         assert a.stats().granted == 1 and b.stats().granted == 1
         await b.store.redis.aclose()
         await closed(a, None)
@@ -334,7 +334,7 @@ def test_a_cancelled_waiter_gives_its_reservation_back(run: Run[None], redis_url
         waiter = asyncio.ensure_future(limiter.acquire(1))  # due in an hour
         await asyncio.sleep(0.05)  # its reservation made
         other = limiter_on(aiotb, redis_url, 1, 3600, burst=2)
-        assert not await other.has_capacity(1)
+        assert not await other.ahas_capacity(1)
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
@@ -355,20 +355,20 @@ def test_penalize_and_set_rate_reach_every_client(run: Run[None], redis_url: str
     async def main() -> None:
         a = limiter_on(aiotb, redis_url, 1000, 1, burst=10)
         b = limiter_on(aiotb, redis_url, 1000, 1, burst=10)
-        assert await a.try_acquire()
-        await a.penalize(0.3)
-        assert not await b.try_acquire()
+        assert await a.atry_acquire()
+        await a.apenalize(0.3)
+        assert not await b.atry_acquire()
         assert await b.read_tokens() == 0
         started = time.monotonic()
         await b.acquire()
         assert time.monotonic() - started >= 0.25  # the server's 0.3 s, less a round trip
-        assert await a.retry_after("0.2") == 0.2
-        assert not await b.try_acquire()
+        assert await a.aretry_after("0.2") == 0.2
+        assert not await b.atry_acquire()
         await asyncio.sleep(0.25)
-        await a.set_rate(1, 3600, burst=3)  # from now: 3 tokens, no refill to speak of
+        await a.aset_rate(1, 3600, burst=3)  # from now: 3 tokens, no refill to speak of
         assert b.rates[0][0] == 1000  # b's own parameters are its own; the key's rates rule
-        assert await b.try_acquire(3)
-        assert not await b.try_acquire(1)
+        assert await b.atry_acquire(3)
+        assert not await b.atry_acquire(1)
         await b.store.redis.aclose()
         await closed(a, None)
 
@@ -381,13 +381,13 @@ def test_a_rate_change_outlives_a_full_bucket(run: Run[None], redis_url: str) ->
     hash of a bucket left full by set_rate expired 1 ms later). Set back to the definition, it expires again."""
     async def main() -> None:
         a = limiter_on(aiotb, redis_url, 1000, 1, burst=10)
-        await a.set_rate(1, 3600, burst=3)  # full at the new burst: 3 tokens, no refill to speak of
+        await a.aset_rate(1, 3600, burst=3)  # full at the new burst: 3 tokens, no refill to speak of
         await asyncio.sleep(0.05)
         b = limiter_on(aiotb, redis_url, 1000, 1, burst=10)
         assert await b.read_tokens() == 3
-        assert await b.try_acquire(3)
-        assert not await b.try_acquire(1)
-        await a.set_rate(1000, 1, burst=10)  # the definition's rate again: the bucket fills, its hash expires
+        assert await b.atry_acquire(3)
+        assert not await b.atry_acquire(1)
+        await a.aset_rate(1000, 1, burst=10)  # the definition's rate again: the bucket fills, its hash expires
         await asyncio.sleep(0.05)
         assert await b.store.redis.exists(f"aiotb:{{{KEY}}}") == 0
         await b.store.redis.aclose()
@@ -400,13 +400,13 @@ def test_a_client_clock_off_by_seconds_changes_nothing(run: Run[None], redis_url
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     async def main() -> None:
         limiter = limiter_on(aiotb, redis_url, 1, 3600, burst=2)
-        assert await limiter.try_acquire()
+        assert await limiter.atry_acquire()
         real = time.time_ns
         for offset in (5_000_000_000, -5_000_000_000):
             monkeypatch.setattr("aiotb._store_redis.time.time_ns", lambda offset=offset: real() + offset)
             assert await limiter.read_tokens() == pytest.approx(1, abs=1e-3)
-        assert await limiter.try_acquire()
-        assert not await limiter.try_acquire()
+        assert await limiter.atry_acquire()
+        assert not await limiter.atry_acquire()
         await closed(limiter, None)
 
     run(main())
@@ -479,9 +479,9 @@ def test_a_keyed_limiter_keeps_one_hash_per_key(run: Run[None], redis_url: str) 
         alice = keyed["alice"]
         assert isinstance(alice, aiotb.RedisLimiter)
         assert alice.store.redis_key == "aiotb:{per-user:alice}"
-        assert await alice.try_acquire(2)
-        assert not await other_host["alice"].try_acquire(1)  # the same hash, from another client
-        assert await other_host["bob"].try_acquire(2)  # another key, another hash
+        assert await alice.atry_acquire(2)
+        assert not await other_host["alice"].atry_acquire(1)  # the same hash, from another client
+        assert await other_host["bob"].atry_acquire(2)  # another key, another hash
         await keyed.acquire(7, 1)  # int keys too
         client = alice.store.redis
         ttl = await client.pttl("aiotb:{per-user:alice}")
@@ -537,9 +537,9 @@ def test_a_held_grant_keeps_its_window_until_the_block_ends(run: Run[None], redi
         holder, other = window_on(redis_url, 1, 0.2), window_on(redis_url, 1, 0.2)
         async with holder:
             entered = time.monotonic()
-            assert not await other.try_acquire()
+            assert not await other.atry_acquire()
             await asyncio.sleep(0.4)  # longer than the period: still held
-            assert not await other.try_acquire()
+            assert not await other.atry_acquire()
             with pytest.raises(TimeoutError):
                 await other.acquire(1, timeout=0.1)  # not before the hold ends
             exited = time.monotonic()
@@ -563,8 +563,8 @@ def test_a_window_slot_released_early_and_a_bare_acquire(run: Run[None], redis_u
             assert not slot.held
             await asyncio.sleep(0.25)  # the bare grant left; the released one is a period old too
             assert await other.read_tokens() == pytest.approx(2)
-        assert await other.try_acquire(2)
-        assert not await other.try_acquire(1)
+        assert await other.atry_acquire(2)
+        assert not await other.atry_acquire(1)
         with pytest.raises(ValueError, match="amount"):
             await other.acquire(3)
         await other.store.redis.aclose()
@@ -588,9 +588,9 @@ def test_window_timeouts_cancels_and_changes(run: Run[None], redis_url: str) -> 
             if not other._server:
                 break
             await asyncio.sleep(0.01)
-        await other.set_rate(4)  # 4 in an hour from now on: 2 more
-        assert await limiter.try_acquire(2)
-        assert not await limiter.try_acquire(1)  # the cancelled one left the log: 4 in all, not 5
+        await other.aset_rate(4)  # 4 in an hour from now on: 2 more
+        assert await limiter.atry_acquire(2)
+        assert not await limiter.atry_acquire(1)  # the cancelled one left the log: 4 in all, not 5
         await other.store.redis.aclose()
         await closed(limiter, None)
 

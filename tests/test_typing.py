@@ -168,3 +168,86 @@ def test_stub_matches_the_c_module(tmp_path: Path) -> None:
                  tmp_path, env={**os.environ, "MYPY_CACHE_DIR": str(tmp_path / "mypy")})
     if result.returncode:
         pytest.fail(f"stubtest failed:\n{result.stdout}{result.stderr}", pytrace=False)
+
+
+# The in-process idioms over each store, as a user writes them. Over a RedisStore every call that would need a
+# round trip and is not awaitable must be rejected by both checkers, at the line marked "# rejected", and nowhere
+# else: `if limiter.try_acquire():` is then right at run time or caught before it runs.
+IDIOMS = '''
+from aiotb import KeyedLimiter, Limiter, RedisStore, SharedMemoryStore, WindowLimiter
+
+
+def in_process(limiter: Limiter) -> None:
+    if limiter.try_acquire() and limiter.has_capacity(2) and limiter.tokens > 0:
+        limiter.set_rate(5)
+        limiter.penalize(1.0)
+        limiter.retry_after("1")
+        limiter.pause_until(0.0)
+    with limiter:
+        pass
+    limiter.reserve().cancel()
+
+
+def shared(store: SharedMemoryStore) -> None:
+    limiter = Limiter(10, 1, store=store)
+    if limiter.try_acquire() and limiter.has_capacity() and limiter.tokens > 0:
+        limiter.set_rate(5)
+        limiter.penalize(1.0)
+    with limiter:
+        pass
+    in_process(Limiter(10, 1))
+
+
+def redis_sync(store: RedisStore) -> None:
+    limiter = Limiter(10, 1, store=store)
+    if limiter.try_acquire():  # rejected
+        pass
+    limiter.has_capacity()  # rejected
+    print(limiter.tokens)  # rejected
+    limiter.set_rate(5)  # rejected
+    limiter.penalize(1.0)  # rejected
+    limiter.retry_after("1")  # rejected
+    limiter.pause_until(0.0)  # rejected
+    limiter.reserve()  # rejected
+    with limiter:  # rejected
+        pass
+    WindowLimiter(10, 1, store=store).try_acquire()  # rejected
+    KeyedLimiter(10, 1, store=store)["user"].try_acquire()  # rejected
+    in_process(limiter)  # rejected
+
+
+async def anywhere(limiter: Limiter[None] | Limiter[SharedMemoryStore] | Limiter[RedisStore]) -> float:
+    if await limiter.atry_acquire() and await limiter.ahas_capacity():
+        await limiter.aset_rate(5)
+        await limiter.apenalize(1.0)
+        await limiter.aretry_after("1")
+    async with limiter:
+        pass
+    await limiter.acquire(2, timeout=1.0)
+    return await limiter.read_tokens() + limiter.stats().granted
+
+
+async def redis_async(store: RedisStore) -> float:
+    limiter = Limiter(10, 1, store=store)
+    keyed = KeyedLimiter(10, 1, store=store)
+    if await keyed["user"].atry_acquire():
+        pass
+    return await anywhere(limiter) + await anywhere(Limiter(1, 1)) + await anywhere(WindowLimiter(1, 1, store=store))
+'''
+
+
+def test_the_in_process_idioms_are_rejected_over_redis_and_kept_elsewhere(tmp_path: Path) -> None:
+    require("mypy", "the type checker of tests/test_typing.py")
+    require("pyright", "the second type checker of tests/test_typing.py")
+    (tmp_path / "idioms.py").write_text(IDIOMS)
+    pyright_config(tmp_path)
+    marked = {i for i, line in enumerate(IDIOMS.splitlines(), 1) if line.endswith("# rejected")}
+    assert len(marked) == 12
+    checked = run(["mypy", "--config-file", str(ROOT / "pyproject.toml"), "--strict", "--cache-dir",
+                   str(tmp_path / "cache"), "--no-color-output", "--no-error-summary", "idioms.py"], tmp_path)
+    by_mypy = {int(m) for m in re.findall(r"^idioms\.py:(\d+): error:", checked.stdout, re.M)}
+    assert by_mypy == marked, checked.stdout + checked.stderr
+    result = run(["pyright", "--outputjson", "--pythonpath", sys.executable], tmp_path)
+    report = json.loads(result.stdout)
+    by_pyright = {d["range"]["start"]["line"] + 1 for d in report["generalDiagnostics"] if d["severity"] == "error"}
+    assert by_pyright == marked, json.dumps(report["generalDiagnostics"], indent=1)

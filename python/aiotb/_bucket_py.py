@@ -339,17 +339,17 @@ class Bucket:
         if not self._take(amount):
             await self._wait(amount, timeout)
 
-    @_locked
     def try_acquire(self, amount: float = _DEFAULT_AMOUNT) -> bool:
         """Takes amount tokens now if a newcomer may, else returns False."""
-        x, now = self._amount_now(amount)
-        return self._core.take(x, now)
+        with self._lock:
+            x, now = self._amount_now(amount)
+            return self._core.take(x, now)
 
-    @_locked
     def has_capacity(self, amount: float = _DEFAULT_AMOUNT) -> bool:
         """Whether acquire(amount) would go through now; takes nothing."""
-        x, now = self._amount_now(amount)
-        return self._core.can_take(x, now)
+        with self._lock:
+            x, now = self._amount_now(amount)
+            return self._core.can_take(x, now)
 
     @property
     @_locked

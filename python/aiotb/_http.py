@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from typing import Awaitable, Callable, TypeVar, cast
+from typing import Any, Callable, TypeVar
 
 from . import _params
 from ._limiter import Limiter
@@ -19,7 +19,7 @@ MAX_PAUSE = 300.0  # s: the longest pause a server may ask by default, aiohttp's
 log = logging.getLogger("aiotb.http")
 
 
-def amount(limiter: Limiter, value: float | Callable[[RequestT], float]) -> float | Callable[[RequestT], float]:
+def amount(limiter: Limiter[Any], value: float | Callable[[RequestT], float]) -> float | Callable[[RequestT], float]:
     """A client's amount per request: a number, checked now against the limiter (TypeError or
     ValueError, as ``limiter.slot``), or a callable of the request, checked on every request."""
     if not callable(value):
@@ -48,13 +48,13 @@ def max_pause(value: object) -> float:
     return _params.pause("max_pause", value, _params.positive("max_pause", value))
 
 
-async def pause(limiter: Limiter, status: int, retry_after: str | None, most: float, host: str | None) -> bool:
+async def pause(limiter: Limiter[Any], status: int, retry_after: str | None, most: float, host: str | None) -> bool:
     """Whether a response of ``host`` asks to be sent again later: a 429 or 503 with a Retry-After
     header. If it does, the limiter grants nothing until the header's time has passed, or for
     ``most`` seconds if it asks more (logged as a warning). A Retry-After that is neither
     delta-seconds nor an HTTP date, or that the limiter cannot take, reads as none: the response is
-    the answer, as one without the header would be. Over any limiter: a store's ``penalize`` that
-    takes a round trip is awaited."""
+    the answer, as one without the header would be. Over any store (a RedisStore's pause is one round
+    trip)."""
     if status not in RETRY_STATUSES or retry_after is None:
         return False
     try:
@@ -64,12 +64,8 @@ async def pause(limiter: Limiter, status: int, retry_after: str | None, most: fl
     if asked > most:
         log.warning("%s answered %d with Retry-After %r, a pause of %.6g s: paused for max_pause, %.6g s",
                     host or "a server", status, retry_after[:80], asked, most)
-    # over a remote store, penalize is a coroutine function: one round trip
-    penalize = cast(Callable[[float], Awaitable[None] | None], limiter.penalize)
     try:
-        paused = penalize(min(asked, most))
-        if paused is not None:
-            await paused
+        await limiter.apenalize(min(asked, most))
     except ValueError:  # beyond what the store can hold
         return False
     return True

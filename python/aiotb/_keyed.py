@@ -6,14 +6,17 @@ import functools
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Any, Coroutine, Hashable
+from typing import TYPE_CHECKING, Any, Coroutine, Generic, Hashable, overload
 
-from ._limiter import Limiter
+from ._limiter import Limiter, StoreT
+
+if TYPE_CHECKING:
+    from ._store_redis import RedisStore
 
 SWEEP_PER_ACCESS = 2  # limiters looked at on each access: eviction keeps pace with creation
 
 
-class KeyedLimiter:
+class KeyedLimiter(Generic[StoreT]):
     """``async with keyed[user_id]: ...`` or ``await keyed.acquire(user_id, amount)``.
 
     Every key gets its own ``Limiter(max_rate, time_period, **options)``, made on first use; with
@@ -24,12 +27,20 @@ class KeyedLimiter:
     gone, and a new one (the same as it) is made on the next use. Memory follows the keys in use,
     not every key ever seen."""
 
-    limiter_class: type[Limiter] = Limiter
+    limiter_class: type[Limiter[Any]] = Limiter
 
-    def __init__(self, max_rate: float, time_period: float = 60, **options: Any) -> None:
+    @overload
+    def __init__(self: KeyedLimiter[None], max_rate: float, time_period: float = 60, *, store: None = None,
+                 **options: Any) -> None: ...
+    @overload
+    def __init__(self: KeyedLimiter[RedisStore], max_rate: float, time_period: float = 60, *, store: RedisStore,
+                 **options: Any) -> None: ...
+    def __init__(self, max_rate: float, time_period: float = 60, *, store: RedisStore | None = None,
+                 **options: Any) -> None:
         from ._store_redis import RedisStore
 
-        store = options.get("store")
+        if store is not None:
+            options["store"] = store
         if store is not None and not isinstance(store, RedisStore):
             raise TypeError("KeyedLimiter takes no SharedMemoryStore: every key's limiter would share its one set "
                             "of rates; a RedisStore keeps one hash per key")
@@ -37,16 +48,16 @@ class KeyedLimiter:
         self._prototype = self.limiter_class(max_rate, time_period, **options)  # checks the options once
         self._args = (max_rate, time_period)
         self._options = options
-        self._limiters: OrderedDict[Hashable, Limiter | weakref.ref[Limiter]] = OrderedDict()
+        self._limiters: OrderedDict[Hashable, Limiter[StoreT] | weakref.ref[Limiter[StoreT]]] = OrderedDict()
         # threads share the keys: one of them at a time looks up, makes or sweeps (reentrant, for a
         # weak reference's callback run by a collection in the middle of it)
         self._lock = threading.RLock()
 
-    def __getitem__(self, key: Hashable) -> Limiter:
+    def __getitem__(self, key: Hashable) -> Limiter[StoreT]:
         with self._lock:
             limiters = self._limiters
             held = limiters.get(key)
-            limiter: Limiter | None = held() if isinstance(held, weakref.ref) else held
+            limiter: Limiter[StoreT] | None = held() if isinstance(held, weakref.ref) else held
             if limiter is None:
                 options = self._options if self._store is None else {**self._options,
                                                                      "store": self._store._for_key(key)}
@@ -83,8 +94,8 @@ class KeyedLimiter:
         return f"<KeyedLimiter {self._prototype!r} keys={len(self)}>"
 
 
-def _forget(lock: threading.RLock, limiters: OrderedDict[Hashable, Limiter | weakref.ref[Limiter]],
-            key: Hashable, ref: weakref.ref[Limiter]) -> None:
+def _forget(lock: threading.RLock, limiters: OrderedDict[Hashable, Limiter[Any] | weakref.ref[Limiter[Any]]],
+            key: Hashable, ref: weakref.ref[Limiter[Any]]) -> None:
     """A weakly held limiter is gone: its key's entry goes too (unless the key got a new one)."""
     with lock:
         if limiters.get(key) is ref:

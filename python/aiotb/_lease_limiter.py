@@ -33,6 +33,7 @@ import secrets
 from typing import Any, Coroutine, Sequence
 
 from . import _params
+from ._core import Bucket
 from ._limiter import Limiter
 from ._store import StoreCorrupt, StoreError
 from ._redis_limiter import OnItsLoop
@@ -45,7 +46,7 @@ HEADROOM = 1.25  # the units a holder asks for: its demand, and this much more
 _EMPTY = 2.0 ** -40  # of a burst: an engine's rate is set to a burst this small, and back, to empty it
 
 
-class RedisLeaseLimiter(OnItsLoop, Limiter):
+class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
     """``Limiter(..., store=RedisStore(redis, key, lease=seconds))``: see the module's doc. Its
     methods that may talk to Redis are coroutines, as ``RedisLimiter``'s: ``await
     limiter.try_acquire()``, ``has_capacity``, ``read_tokens``, ``penalize``, ``retry_after``;
@@ -95,7 +96,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter):
         loop = self._loop
         if (loop is not None and not self._asking and loop.time() < min(self._valid_until, self._renew_at)
                 and self._share_burst >= 1.0 and asyncio.events._get_running_loop() is loop
-                and Limiter.try_acquire(self, 1.0)):
+                and Bucket.try_acquire(self, 1.0)):
             return
         await self._acquire(1.0, None)
 
@@ -106,26 +107,26 @@ class RedisLeaseLimiter(OnItsLoop, Limiter):
         x = self._amount(amount)
         return self._acquire(x, None if timeout is None else _params.seconds("timeout", timeout))
 
-    async def try_acquire(self, amount: float = 1) -> bool:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+    async def atry_acquire(self, amount: float = 1) -> bool:
         """Takes ``amount`` tokens now if the units held have them (no round trip); False if not,
         or if others wait in this limiter's queue (fair)."""
         x = self._amount(amount)
         loop = self._check_loop()
         await self._renewal_turn(loop)
         if not self._asking and loop.time() < self._valid_until and x <= self._share_burst:
-            if Limiter.try_acquire(self, x):
+            if Bucket.try_acquire(self, x):
                 return True
         self._keep()
         self._refused += x
         await asyncio.sleep(0)  # a caller that tries again at once lets the keeper run
         return False
 
-    async def has_capacity(self, amount: float = 1) -> bool:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+    async def ahas_capacity(self, amount: float = 1) -> bool:
         """Whether ``try_acquire(amount)`` would take the tokens now (takes nothing)."""
         x = self._amount(amount)
         loop = self._check_loop()
         return (not self._asking and loop.time() < self._valid_until and x <= self._share_burst
-                and Limiter.has_capacity(self, x))
+                and Bucket.has_capacity(self, x))
 
     async def read_tokens(self) -> float:
         """Tokens the units held have now (0 without a lease)."""
@@ -137,27 +138,27 @@ class RedisLeaseLimiter(OnItsLoop, Limiter):
         loop = self._loop
         if loop is None or loop.time() >= self._valid_until:
             return 0.0
-        return float(super().tokens)
+        return float(self._engine_tokens())
 
     @property
     def waiting(self) -> int:
         """Callers of this limiter waiting now."""
         return sum(self._asking.values())
 
-    async def penalize(self, seconds: float) -> None:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+    async def apenalize(self, seconds: float) -> None:
         """Grants nothing for ``seconds``: here at once, and at every other holder of the key from
         its next renewal on (one round trip)."""
         span = _params.pause("seconds", seconds)
         if span * 1e9 > MAX_PAUSE_NS:
             raise ValueError(f"seconds must be at most {MAX_PAUSE_NS / 1e9:.0f} over a RedisStore, got {seconds!r}")
         loop = self._check_loop()
-        Limiter.pause_until(self, loop.time() + span)
+        Limiter.pause_until(self._here(), loop.time() + span)  # its own units, at once
         await self._store.pause(self._definition, round(span * 1e9))
 
-    async def retry_after(self, value: str | bytes | float) -> float:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+    async def aretry_after(self, value: str | bytes | float) -> float:
         """``penalize`` until a server's ``Retry-After`` has passed (see ``Limiter.retry_after``)."""
         span = _params.retry_after(value, datetime.datetime.now(datetime.timezone.utc))
-        await self.penalize(span)
+        await self.apenalize(span)
         return span
 
     async def aclose(self) -> None:
@@ -172,8 +173,8 @@ class RedisLeaseLimiter(OnItsLoop, Limiter):
         if self._units:
             await self._store.release_units(self._definition, self._holder, self._give_back(0))
 
-    def set_rate(self, max_rate: float, time_period: float | None = None, *,
-                 burst: float | None = None, index: int = 0) -> None:
+    async def aset_rate(self, max_rate: float, time_period: float | None = None, *,
+                        burst: float | None = None, index: int = 0) -> None:
         """Not here: the rates are the key's, split among its holders."""
         raise TypeError("a limiter over a leased RedisStore keeps the rates the key was made with")
 
@@ -195,7 +196,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter):
                 now = loop.time()
                 if now < self._valid_until and amount <= self._share_burst:
                     try:
-                        await Limiter.acquire(self, amount, None if deadline is None else max(0.0, deadline - now))
+                        await Bucket.acquire(self, amount, None if deadline is None else max(0.0, deadline - now))
                     except ValueError:  # above the burst of the units held, since a lease was lost: wait for units
                         continue
                     if loop.time() < self._valid_until:
@@ -307,13 +308,13 @@ class RedisLeaseLimiter(OnItsLoop, Limiter):
         self._hold_units(lease.units, empty=lease.fresh or self._units == 0)
         if lease.units and lease.tokens > 0:
             tokens = lease.tokens * (1 - 1e-12)  # less what doubles may have rounded up
-            Limiter._refund(self, tokens)  # which the engine counts as a grant given back: _stats() adds it back
+            Bucket._refund(self, tokens)  # which the engine counts as a grant given back: _stats() adds it back
             self._credits += 1
             self._credited += tokens
         self._units, self._fair_units = lease.units, lease.share
         self._valid_until = sent + span * (1 - MARGIN) if lease.units else -math.inf
         if lease.pause_ns:
-            Limiter._pause_until(self, received + lease.pause_ns / 1e9)
+            Bucket._pause_until(self, received + lease.pause_ns / 1e9)
         self._settle()
 
     def _hold_units(self, units: int, *, empty: bool) -> None:
@@ -324,15 +325,15 @@ class RedisLeaseLimiter(OnItsLoop, Limiter):
         for i, r in enumerate(self._rates):
             ns, burst = r.ns_per_token * n / k, r.burst * k / n
             if empty:
-                Limiter._set_rate(self, i, ns, burst * _EMPTY)
-            Limiter._set_rate(self, i, ns, burst)
+                Bucket._set_rate(self, i, ns, burst * _EMPTY)
+            Bucket._set_rate(self, i, ns, burst)
         self._share_burst = min(r.burst for r in self._rates) * units / n
         self._units = units
 
     def _give_back(self, keep: int) -> float:
         """Keeps keep units of those held, and returns what the others hold, as a share of a unit's burst
         (0 for several rates, whose tokens differ)."""
-        held, tokens = self._units, float(super().tokens)
+        held, tokens = self._units, float(self._engine_tokens())
         self._hold_units(keep, empty=keep == 0)
         if keep == 0:
             self._valid_until = -math.inf

@@ -12,8 +12,8 @@ import functools
 import inspect
 import time
 from asyncio import events
-from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Coroutine, Generator, NamedTuple, ParamSpec,
-                    Protocol, Self, Sequence, TypeVar, cast)
+from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Coroutine, Generator, Generic, NamedTuple,
+                    ParamSpec, Protocol, Self, Sequence, TypeAlias, TypeVar, cast, overload)
 
 from . import _params
 from ._core import Bucket
@@ -21,8 +21,17 @@ from ._dispatch import PRECISE_REFILL, Dispatcher
 from ._owners import Owners
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeVar as DefaultedTypeVar
+
     from ._store_redis import RedisStore
     from ._store_shm import SharedMemoryStore
+
+    # What a limiter's rates live in: None (this process), a SharedMemoryStore or a RedisStore. A limiter's
+    # type carries it, so that the calls a store cannot answer without a round trip are rejected by the type
+    # checker over it: over a RedisStore, try_acquire() is an error, await atry_acquire() the call.
+    StoreT = DefaultedTypeVar("StoreT", bound="SharedMemoryStore | RedisStore | None", default=None)
+else:
+    StoreT = TypeVar("StoreT")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -54,7 +63,7 @@ class Slot:
 
     __slots__ = ("_limiter", "_amount", "_held")
 
-    def __init__(self, limiter: Limiter, amount: float) -> None:
+    def __init__(self, limiter: Limiter[Any], amount: float) -> None:
         self._limiter = limiter
         self._amount = amount
         self._held = False
@@ -89,7 +98,7 @@ class Reservation:
 
     __slots__ = ("_limiter", "_ident", "_amount", "_granted", "_dispatcher", "_used", "ready_at")
 
-    def __init__(self, limiter: Limiter, ident: int, amount: float, granted: asyncio.Future[None],
+    def __init__(self, limiter: Limiter[Any], ident: int, amount: float, granted: asyncio.Future[None],
                  ready_at: float, dispatcher: Dispatcher) -> None:
         self._limiter = limiter
         self._ident = ident
@@ -144,7 +153,7 @@ class Reservation:
         return f"<Reservation of {self._amount!r} at {self.ready_at!r}: {state}>"
 
 
-class Limiter(Bucket):
+class Limiter(Generic[StoreT], Bucket):
     """Token-bucket rate limiter for asyncio: ``async with Limiter(100, 1): ...``.
 
     ``max_rate`` tokens per ``time_period`` seconds (default 60), refilled continuously; at most
@@ -157,7 +166,9 @@ class Limiter(Bucket):
     _warn_on_reuse: ClassVar[bool] = False
     _capacity_is_max_rate: ClassVar[bool] = False  # set_rate's default burst: max_rate itself (aiolimiter)
 
-    def __new__(cls, *args: Any, store: SharedMemoryStore | RedisStore | None = None, **kwargs: Any) -> Self:
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        # the class for kwargs' store= (the type checkers read the store from __init__'s overloads)
+        store = kwargs.get("store")
         if store is None:
             return super().__new__(cls)
         from ._store_redis import RedisStore, redacted
@@ -174,7 +185,7 @@ class Limiter(Bucket):
         from ._shared import SharedLimiter
 
         if issubclass(cls, SharedLimiter):
-            return super().__new__(cls)
+            return cast(Self, super().__new__(cls))
         if issubclass(cls, WindowLimiter):
             raise TypeError("WindowLimiter takes no SharedMemoryStore: a sliding window must know the instant of "
                             "every grant in it, which no compare-and-swap of one word keeps; Limiter(max_rate, "
@@ -191,7 +202,7 @@ class Limiter(Bucket):
         from ._redis_limiter import RedisLimiter, RedisWindowLimiter
 
         if issubclass(cls, (RedisLimiter, RedisLeaseLimiter)):
-            return super().__new__(cls)
+            return cast(Self, super().__new__(cls))
         if cls is not Limiter and cls is not WindowLimiter:
             raise TypeError(f"store=RedisStore(...) works with Limiter and WindowLimiter themselves, not {cls.__name__}")
         if leased:
@@ -201,6 +212,18 @@ class Limiter(Bucket):
             return cast(Self, Bucket.__new__(RedisLeaseLimiter))
         return cast(Self, Bucket.__new__(RedisLimiter if cls is Limiter else RedisWindowLimiter))
 
+    @overload
+    def __init__(self: Limiter[None], max_rate: float | None = None, time_period: float = 60, *,
+                 burst: float | None = None, initial: float | None = None, fair: bool = True,
+                 rates: Sequence[tuple[float, ...]] | None = None, store: None = None) -> None: ...
+    @overload
+    def __init__(self: Limiter[SharedMemoryStore], max_rate: float | None = None, time_period: float = 60, *,
+                 burst: float | None = None, initial: float | None = None, fair: bool = True,
+                 rates: Sequence[tuple[float, ...]] | None = None, store: SharedMemoryStore) -> None: ...
+    @overload
+    def __init__(self: Limiter[RedisStore], max_rate: float | None = None, time_period: float = 60, *,
+                 burst: float | None = None, initial: float | None = None, fair: bool = True,
+                 rates: Sequence[tuple[float, ...]] | None = None, store: RedisStore) -> None: ...
     def __init__(self, max_rate: float | None = None, time_period: float = 60, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
                  rates: Sequence[tuple[float, ...]] | None = None,
@@ -209,6 +232,20 @@ class Limiter(Bucket):
             raise TypeError(f"store= works with Limiter itself, not {type(self).__name__}")
         self._setup(_params.limiter_rates(max_rate, time_period, burst, initial, rates), None,
                     _params.flag("fair", fair), smallest_first=False)
+
+    if TYPE_CHECKING:  # the engine's answers at once, where the rates are in this host's memory
+        @property
+        def tokens(self: LocalLimiter) -> float:
+            """Tokens available now."""
+            ...
+
+        def try_acquire(self: LocalLimiter, amount: float = 1) -> bool:
+            """Takes the tokens now if a newcomer may have them, else returns False."""
+            ...
+
+        def has_capacity(self: LocalLimiter, amount: float = 1) -> bool:
+            """Whether ``acquire(amount)`` would go through now; takes nothing."""
+            ...
 
     def _setup(self, rates: list[_params.Rate], window_ns: int | None, fair: bool, smallest_first: bool) -> None:
         """Configures the engine from checked rates (or a window of window_ns over rates[0])."""
@@ -297,7 +334,7 @@ class Limiter(Bucket):
         self.acquire(amount).close()  # checks the amount now; takes nothing
         return Slot(self, float(amount))
 
-    def set_rate(self, max_rate: float, time_period: float | None = None, *, burst: float | None = None,
+    def set_rate(self: LocalLimiter, max_rate: float, time_period: float | None = None, *, burst: float | None = None,
                  index: int = 0) -> None:
         """Changes rate ``index`` from now on (``time_period``/``burst`` left out: unchanged).
         It keeps the tokens it holds, at most the new burst; queued waiters are re-timed at
@@ -327,18 +364,18 @@ class Limiter(Bucket):
             return i, _params.rate("", max_rate, period, burst, burst_below_one=burst is None), None
         return i, _params.rate("", max_rate, period, old.burst if burst is None else burst), None
 
-    def pause_until(self, when: float) -> None:
+    def pause_until(self: LocalLimiter, when: float) -> None:
         """Grants nothing before loop time ``when`` (a later call can only move it later)."""
         self._pause_until(_params.loop_time("when", when))
         self._settle()
 
-    def penalize(self, seconds: float) -> None:
+    def penalize(self: LocalLimiter, seconds: float) -> None:
         """Grants nothing for ``seconds`` from now: a server's ``Retry-After``."""
         span = _params.pause("seconds", seconds)
         loop = asyncio.events._get_running_loop()
         self.pause_until((loop.time() if loop is not None else time.monotonic()) + span)
 
-    def retry_after(self, value: str | bytes | float) -> float:
+    def retry_after(self: LocalLimiter, value: str | bytes | float) -> float:
         """Grants nothing until a server's ``Retry-After`` has passed: ``value`` is the header's
         value (delta-seconds, or an HTTP date, which is read against this host's wall clock; a
         past date pauses nothing), or a number of seconds. Returns the seconds paused."""
@@ -346,7 +383,43 @@ class Limiter(Bucket):
         self.penalize(span)
         return span
 
-    def acquire_blocking(self, amount: float = 1, timeout: float | None = None) -> None:
+    # ---- the same calls as coroutines: over every store (over a RedisStore, a round trip) ----
+
+    async def atry_acquire(self, amount: float = 1) -> bool:
+        """``try_acquire`` over any store: takes the tokens now if a newcomer may have them, else False."""
+        return self._here().try_acquire(amount)
+
+    async def ahas_capacity(self, amount: float = 1) -> bool:
+        """``has_capacity`` over any store: whether ``acquire(amount)`` would go through now; takes nothing."""
+        return self._here().has_capacity(amount)
+
+    async def read_tokens(self) -> float:
+        """``tokens`` over any store: the tokens available now (the fewest over the rates; 0 while paused)."""
+        return self._here().tokens
+
+    async def aset_rate(self, max_rate: float, time_period: float | None = None, *, burst: float | None = None,
+                        index: int = 0) -> None:
+        """``set_rate`` over any store: over a RedisStore, for every client of the key."""
+        self._here().set_rate(max_rate, time_period, burst=burst, index=index)
+
+    async def apenalize(self, seconds: float) -> None:
+        """``penalize`` over any store: over a RedisStore, for every client of the key, by the server's clock."""
+        self._here().penalize(seconds)
+
+    async def aretry_after(self, value: str | bytes | float) -> float:
+        """``retry_after`` over any store; returns the seconds paused."""
+        return self._here().retry_after(value)
+
+    def _engine_tokens(self) -> float:
+        """The tokens the engine in this process holds (the units a lease holder holds, say)."""
+        return super(Limiter, self).tokens  # the engine's own, past any override
+
+    def _here(self) -> LocalLimiter:
+        """This limiter, whose store answers at once: the store classes that need a round trip override
+        every coroutine above."""
+        return cast("LocalLimiter", self)
+
+    def acquire_blocking(self: LocalLimiter, amount: float = 1, timeout: float | None = None) -> None:
         """Blocks the calling thread until ``amount`` tokens are granted, in the same queue as the
         tasks of every loop; TimeoutError at once, taking nothing, if they cannot come within
         ``timeout`` seconds. From a thread whose event loop is running, RuntimeError: use ``await
@@ -358,7 +431,7 @@ class Limiter(Bucket):
         if not self.try_acquire(amount):
             self._owners.wait_blocking(float(amount), None if timeout is None else float(timeout))
 
-    def __enter__(self) -> None:
+    def __enter__(self: LocalLimiter) -> None:
         """``with limiter:`` in a thread takes one token, blocking until it comes (see acquire_blocking);
         a window holds it until the block exits."""
         if events._get_running_loop() is not None:
@@ -367,12 +440,12 @@ class Limiter(Bucket):
         if self._window:
             self._hold(1.0)
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self: LocalLimiter, *exc_info: object) -> None:
         """A window's token leaves it ``time_period`` from now; a bucket gives nothing back."""
         if self._window:
             self._end_hold(1.0)
 
-    def reserve(self, amount: float = 1) -> Reservation:
+    def reserve(self: LocalLimiter, amount: float = 1) -> Reservation:
         """Takes a place in the queue now and says when it will be granted: ``r.delay``
         seconds from now, at loop time ``r.ready_at``. ``await r`` waits for it;
         ``r.cancel()`` gives the place (or the tokens) back."""
@@ -385,7 +458,7 @@ class Limiter(Bucket):
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "
-                f"burst={self.burst!r}, fair={self.fair!r}) tokens={self.tokens:.6g} "
+                f"burst={self.burst!r}, fair={self.fair!r}) tokens={self._here().tokens:.6g} "
                 f"waiting={self.waiting} at {id(self):#x}>")
 
     # ---- called by the engine ----
@@ -408,7 +481,7 @@ class Limiter(Bucket):
     def _checked_amount(self, value: object) -> float:
         """value as an amount a grant may take, checked as acquire checks it (by the engine, which takes
         nothing here), for the limiters whose grants are decided by a store."""
-        Limiter.acquire(self, cast(float, value)).close()
+        Bucket.acquire(self, cast(float, value)).close()
         return float(cast(float, value))
 
     def _drop_closed(self) -> None:
@@ -443,7 +516,7 @@ async def _nothing_to_take() -> None:
     """What ``AsyncLimiter.acquire(0)`` returns: done at once, as aiolimiter's."""
 
 
-class AsyncLimiter(Limiter):
+class AsyncLimiter(Limiter[None]):
     """Drop-in for ``aiolimiter.AsyncLimiter`` 1.3.0: capacity max_rate, newcomers take free capacity
     ahead of waiters, waiters wake smallest amount first, and an amount of 0 goes through at once.
     Subclass it as aiolimiter users do: an ``__init__`` of your own that calls
@@ -500,14 +573,24 @@ class AsyncLimiter(Limiter):
                 f"at {id(self):#x} [tokens: {self.tokens:.6g}, waiters: {self.waiting}]>")
 
 
-class WindowLimiter(Limiter):
+class WindowLimiter(Limiter[StoreT]):
     """At most ``max_rate`` tokens in any window of ``time_period`` seconds (default 60), bursts included."""
 
     __slots__ = ()
 
+    @overload
+    def __init__(self: WindowLimiter[None], max_rate: float, time_period: float = 60, *, fair: bool = True,
+                 store: None = None) -> None: ...
+    @overload
+    def __init__(self: WindowLimiter[RedisStore], max_rate: float, time_period: float = 60, *, fair: bool = True,
+                 store: RedisStore) -> None: ...
     def __init__(self, max_rate: float, time_period: float = 60, *, fair: bool = True,
                  store: RedisStore | None = None) -> None:
         if store is not None:  # a subclass that let store= through: its instance has no store behind it
             raise TypeError(f"store= works with WindowLimiter itself, not {type(self).__name__}")
         spec, period_ns = _params.window(max_rate, time_period)
         self._setup([spec], period_ns, _params.flag("fair", fair), smallest_first=False)
+
+
+if TYPE_CHECKING:
+    LocalLimiter: TypeAlias = "Limiter[None] | Limiter[SharedMemoryStore]"  # a limiter whose store answers at once

@@ -37,7 +37,8 @@ import time
 from typing import Any, Coroutine, Sequence, cast
 
 from . import _params
-from ._limiter import Limiter, WindowLimiter
+from ._core import Bucket
+from ._limiter import Limiter, Slot, WindowLimiter
 from ._store import StoreCorrupt, StoreError
 from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisStore, Reserved, definition, window_definition
 
@@ -77,9 +78,32 @@ class _Slot:
 
 
 class OnItsLoop:
-    """What a limiter over a RedisStore refuses: loop times, threads' blocking calls, reservations."""
+    """What a limiter over a RedisStore refuses: the calls that would need a round trip and are not
+    awaitable (their coroutines are ``atry_acquire``, ...: a type checker rejects these over the store
+    already), loop times, threads' blocking calls, reservations."""
 
     __slots__ = ()
+
+    def try_acquire(self, amount: float = 1) -> bool:
+        """Not here: the tokens are in Redis; ``await limiter.atry_acquire(amount)``."""
+        raise TypeError(_AWAIT.format(call="try_acquire", twin="atry_acquire(amount)"))
+
+    def has_capacity(self, amount: float = 1) -> bool:
+        """Not here: the tokens are in Redis; ``await limiter.ahas_capacity(amount)``."""
+        raise TypeError(_AWAIT.format(call="has_capacity", twin="ahas_capacity(amount)"))
+
+    def set_rate(self, max_rate: float, time_period: float | None = None, *, burst: float | None = None,
+                 index: int = 0) -> None:
+        """Not here: the rates are in Redis; ``await limiter.aset_rate(...)``."""
+        raise TypeError(_AWAIT.format(call="set_rate", twin="aset_rate(...)"))
+
+    def penalize(self, seconds: float) -> None:
+        """Not here: the pause is in Redis; ``await limiter.apenalize(seconds)``."""
+        raise TypeError(_AWAIT.format(call="penalize", twin="apenalize(seconds)"))
+
+    def retry_after(self, value: str | bytes | float) -> float:
+        """Not here: the pause is in Redis; ``await limiter.aretry_after(value)``."""
+        raise TypeError(_AWAIT.format(call="retry_after", twin="aretry_after(value)"))
 
     def pause_until(self, when: float) -> None:
         """Not here: loop times mean nothing to other hosts; ``await limiter.penalize(seconds)``."""
@@ -97,7 +121,10 @@ class OnItsLoop:
         raise TypeError("a limiter over a RedisStore has no reservations; use acquire(amount, timeout=...)")
 
 
-class RedisLimiter(OnItsLoop, Limiter):
+_AWAIT = "{call}() over a RedisStore needs a round trip to Redis: await limiter.{twin}"
+
+
+class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
     """``Limiter(..., store=RedisStore(redis, key))``: see the module's doc. Made directly, its type
     shows the methods that talk to Redis as the coroutines they are here: ``await
     limiter.try_acquire()``, ``has_capacity``, ``read_tokens``, ``set_rate``, ``penalize``,
@@ -145,7 +172,7 @@ class RedisLimiter(OnItsLoop, Limiter):
         if self._held:
             await self._end_hold_of(self._held.pop())
 
-    def slot(self, amount: float = 1) -> RedisSlot:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+    def slot(self, amount: float = 1) -> RedisSlot:
         """``async with limiter.slot(amount):`` as ``Limiter.slot``: a window's grant is held in
         Redis until the block exits (one more round trip then)."""
         return RedisSlot(self, self._checked_amount(amount))
@@ -153,10 +180,10 @@ class RedisLimiter(OnItsLoop, Limiter):
     def acquire(self, amount: float = 1, timeout: float | None = None) -> Coroutine[Any, Any, None]:
         """Waits for ``amount`` tokens from Redis; with ``timeout``, TimeoutError at once, taking
         nothing, if they cannot come within it."""
-        Limiter.acquire(self, amount, timeout).close()  # the amount and the timeout, checked by the engine
+        Bucket.acquire(self, amount, timeout).close()  # the amount and the timeout, checked by the engine
         return cast(Coroutine[Any, Any, None], self._acquire(float(amount), None if timeout is None else float(timeout)))
 
-    async def try_acquire(self, amount: float = 1) -> bool:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+    async def atry_acquire(self, amount: float = 1) -> bool:
         """Takes ``amount`` tokens if every rate has them now (one round trip); False if not, or if
         others wait in this limiter's queue (fair)."""
         x = self._checked_amount(amount)
@@ -174,7 +201,7 @@ class RedisLimiter(OnItsLoop, Limiter):
         self._count_grant(x, None, reserved)
         return True
 
-    async def has_capacity(self, amount: float = 1) -> bool:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+    async def ahas_capacity(self, amount: float = 1) -> bool:
         """Whether ``try_acquire(amount)`` would take the tokens now (one round trip; takes nothing)."""
         x = self._checked_amount(amount)
         if self._fair and self._queue:
@@ -195,8 +222,8 @@ class RedisLimiter(OnItsLoop, Limiter):
         """Waiters of this limiter queued now."""
         return sum(1 for w in self._queue if not w.future.done())
 
-    async def set_rate(self, max_rate: float, time_period: float | None = None, *,  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
-                       burst: float | None = None, index: int = 0) -> None:
+    async def aset_rate(self, max_rate: float, time_period: float | None = None, *,
+                        burst: float | None = None, index: int = 0) -> None:
         """Changes rate ``index`` for every client of the key (one round trip), keeping the tokens
         held now, at most the new burst. Clients that join later must still give the rates the key
         was created with."""
@@ -204,14 +231,14 @@ class RedisLimiter(OnItsLoop, Limiter):
         if window_ns is not None:
             _check_refill(1, window_ns)
             await self._store.set_window(self._definition, window_ns, spec.max_rate)
-            Limiter._set_window(self, window_ns, spec.max_rate)  # amounts are checked against it
+            Bucket._set_window(self, window_ns, spec.max_rate)  # amounts are checked against it
         else:
             _check_refill(spec.burst, spec.ns_per_token)
             await self._store.set_rate(self._definition, i, spec.ns_per_token, spec.burst)
-            Limiter._set_rate(self, i, spec.ns_per_token, spec.burst)  # amounts are checked against it
+            Bucket._set_rate(self, i, spec.ns_per_token, spec.burst)  # amounts are checked against it
         self._rates = [*self._rates[:i], spec, *self._rates[i + 1:]]
 
-    async def penalize(self, seconds: float) -> None:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+    async def apenalize(self, seconds: float) -> None:
         """Grants nothing, to any client of the key, for ``seconds`` from the server's now: a
         server's ``Retry-After`` (one round trip)."""
         span = _params.pause("seconds", seconds)
@@ -219,11 +246,11 @@ class RedisLimiter(OnItsLoop, Limiter):
             raise ValueError(f"seconds must be at most {MAX_PAUSE_NS / 1e9:.0f} over a RedisStore, got {seconds!r}")
         await self._store.pause(self._definition, round(span * 1e9))
 
-    async def retry_after(self, value: str | bytes | float) -> float:  # type: ignore[override]  # pyright: ignore[reportIncompatibleMethodOverride]
+    async def aretry_after(self, value: str | bytes | float) -> float:
         """Grants nothing, to any client of the key, until a server's ``Retry-After`` has passed
         (see ``Limiter.retry_after``); returns the seconds paused."""
         span = _params.retry_after(value, datetime.datetime.now(datetime.timezone.utc))
-        await self.penalize(span)
+        await self.apenalize(span)
         return span
 
     def __repr__(self) -> str:
@@ -587,7 +614,7 @@ class RedisLimiter(OnItsLoop, Limiter):
         return (int(granted), float(tokens), int(waits), float(total), float(most), int(cancelled), int(timeouts))
 
 
-class RedisWindowLimiter(RedisLimiter, WindowLimiter):  # pyright: ignore[reportIncompatibleMethodOverride]
+class RedisWindowLimiter(RedisLimiter, WindowLimiter[RedisStore]):
     """``WindowLimiter(..., store=RedisStore(redis, key))``: at most ``max_rate`` tokens in any
     window of ``time_period`` seconds, over every client of the key, exact on the server's instants.
     A grant taken by ``async with``, ``slot`` or a decorator is held until its block exits (see
@@ -605,25 +632,25 @@ class RedisWindowLimiter(RedisLimiter, WindowLimiter):  # pyright: ignore[report
         self._over(store, window_definition(period_ns, spec.max_rate))
 
 
-class RedisSlot:
+class RedisSlot(Slot):
     """``async with limiter.slot(amount):`` over a RedisStore: a window's grant is held in Redis
     until the block exits or ``release()``."""
 
-    __slots__ = ("_limiter", "_amount", "_record", "_ending")
+    __slots__ = ("_redis_limiter", "_record", "_ending")
 
     def __init__(self, limiter: RedisLimiter, amount: float) -> None:
-        self._limiter = limiter
-        self._amount = amount
+        super().__init__(limiter, amount)
+        self._redis_limiter = limiter
         self._record: bytes | None = None
         self._ending: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> None:
-        self._record = await self._limiter._acquire(self._amount, None, hold=self._limiter._window)
+        self._record = await self._redis_limiter._acquire(self._amount, None, hold=self._limiter._window)
 
     async def __aexit__(self, *exc_info: object) -> None:
         record, self._record = self._record, None
         if record is not None:
-            await self._limiter._end_hold_of(record)
+            await self._redis_limiter._end_hold_of(record)
         elif self._ending is not None:
             await self._ending
 
@@ -637,7 +664,7 @@ class RedisSlot:
         block's exit waits for it); once only."""
         record, self._record = self._record, None
         if record is not None:
-            self._ending = asyncio.get_running_loop().create_task(self._limiter._end_hold_of(record))
+            self._ending = asyncio.get_running_loop().create_task(self._redis_limiter._end_hold_of(record))
 
     def __repr__(self) -> str:
         return f"<RedisSlot of {self._amount!r} on {self._limiter!r}>"

@@ -33,6 +33,7 @@ from typing import Any, Callable, Coroutine, NamedTuple, Sequence, TypeVar
 
 from . import _params
 from ._clock import is_monotonic_loop
+from ._core import Bucket
 from ._limiter import Limiter
 from ._store import StoreCorrupt
 from ._store_shm import SharedMemoryStore
@@ -318,7 +319,7 @@ class SharedLimiter(Limiter):
         for _ in range(SET_RATE_TRIES):
             status = segment.set_rate(index, ns_per_token, burst, segment.now())
             if status == _OK:
-                Limiter._set_rate(self, index, ns_per_token, burst)  # amounts are checked against it
+                Bucket._set_rate(self, index, ns_per_token, burst)  # amounts are checked against it
                 return
             if status != _EAGAIN:
                 raise StoreCorrupt(f"{self._store!r} is corrupt: the rate was not changed")
@@ -338,7 +339,7 @@ class SharedLimiter(Limiter):
                 self._call(segment.cancel, slot.record, segment.now())
 
     def _stats(self) -> tuple[int, float, int, float, float, int, int]:
-        at_once, at_once_tokens = Limiter._stats(self)[:2]  # the engine's fast path counts its own grants
+        at_once, at_once_tokens = Bucket._stats(self)[:2]  # the engine's fast path counts its own grants
         granted, tokens, waits, total, most, cancelled, timeouts = self._counts
         return (int(granted) + at_once, float(tokens) + at_once_tokens, int(waits), total / 1e9, most / 1e9,
                 int(cancelled), int(timeouts))

@@ -7,7 +7,7 @@ is sent again. Needs aiohttp 3.12 or later, for client middlewares (``pip instal
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import aiohttp
 
@@ -17,7 +17,7 @@ from ._limiter import Limiter
 __all__ = ["limiter_middleware"]
 
 
-def limiter_middleware(limiter: Limiter, *, amount: float | Callable[[aiohttp.ClientRequest], float] = 1,
+def limiter_middleware(limiter: Limiter[Any], *, amount: float | Callable[[aiohttp.ClientRequest], float] = 1,
                        retries: int = 3, max_pause: float = _http.MAX_PAUSE) -> aiohttp.ClientMiddlewareType:
     """An aiohttp client middleware that sends each request through ``limiter``.
 

@@ -8,7 +8,7 @@ sent again. Needs httpx (``pip install aiotb[httpx]``)."""
 from __future__ import annotations
 
 from types import TracebackType
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable
 
 import httpx
 
@@ -40,7 +40,7 @@ class LimitedTransport(httpx.AsyncBaseTransport):
     limiter and for a ``Retry-After`` is not bounded by httpx's timeouts: wrap the call in
     ``asyncio.timeout`` to bound it."""
 
-    def __init__(self, limiter: Limiter, transport: httpx.AsyncBaseTransport | None = None, *,
+    def __init__(self, limiter: Limiter[Any], transport: httpx.AsyncBaseTransport | None = None, *,
                  amount: float | Callable[[httpx.Request], float] = 1, retries: int = 3,
                  max_pause: float = _http.MAX_PAUSE) -> None:
         self._amount = _http.amount(limiter, amount)
@@ -50,7 +50,7 @@ class LimitedTransport(httpx.AsyncBaseTransport):
         self._transport = httpx.AsyncHTTPTransport() if transport is None else transport
 
     @property
-    def limiter(self) -> Limiter:
+    def limiter(self) -> Limiter[Any]:
         """The limiter every request goes through."""
         return self._limiter
 
