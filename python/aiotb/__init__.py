@@ -7,7 +7,14 @@ from ._limiter import AsyncLimiter, LimitDecorator, Limiter, LimiterStats, Reser
 from ._redis_limiter import RedisLimiter
 from ._store import StoreCorrupt, StoreError, StoreUnavailable
 from ._store_redis import RedisStore
-from ._store_shm import SharedMemoryStore
+from ._store_shm import SharedMemoryStore, _segment_type
+
+try:
+    _segment_type()
+except RuntimeError:  # no C engine, or no shared memory: Limiter(..., store=SharedMemoryStore(...)) says which
+    pass
+else:
+    from . import _shared  # noqa: F401  (the limiter over a SharedMemoryStore enters itself)
 
 __all__ = ["AsyncLimiter", "IMPLEMENTATION", "KeyedLimiter", "LimitDecorator", "Limiter", "LimiterStats",
            "RedisLeaseLimiter", "RedisLimiter", "RedisStore", "Reservation", "SharedMemoryStore", "Slot", "StoreCorrupt", "StoreError",

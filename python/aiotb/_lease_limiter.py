@@ -34,9 +34,9 @@ from typing import Any, Coroutine, Sequence
 
 from . import _params
 from ._core import Bucket
-from ._limiter import Limiter
+from ._limiter import Limiter, serve
 from ._store import StoreCorrupt, StoreError
-from ._redis_limiter import OnItsLoop
+from ._remote import OnItsLoop
 from ._store_redis import MAX_PAUSE_NS, Lease, RedisStore, lease_definition
 
 RENEW_EVERY = 1 / 3  # of a span: how often a holder renews its lease
@@ -207,8 +207,9 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
                                           or isinstance(error, StoreCorrupt)):
                     raise error  # on_error stands in for a Redis that cannot answer, not for another definition
                 if error is not None:
-                    if isinstance(self._store.on_error, Limiter):
-                        await self._store.on_error.acquire(amount)
+                    fallback = self._store.fallback
+                    if fallback is not None:
+                        await fallback.acquire(amount)
                     return
         finally:
             self._asking[amount] -= 1
@@ -397,3 +398,6 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         elif loop is not self._loop:
             raise RuntimeError("a limiter over a RedisStore serves the event loop it was first used on")
         return loop
+
+
+serve("redis lease", RedisLeaseLimiter)

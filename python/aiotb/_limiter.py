@@ -19,12 +19,11 @@ from . import _params
 from ._core import Bucket
 from ._dispatch import PRECISE_REFILL, Dispatcher
 from ._owners import Owners
+from ._store_redis import RedisStore, redacted
+from ._store_shm import SharedMemoryStore, _segment_type
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar as DefaultedTypeVar
-
-    from ._store_redis import RedisStore
-    from ._store_shm import SharedMemoryStore
 
     # What a limiter's rates live in: None (this process), a SharedMemoryStore or a RedisStore. A limiter's
     # type carries it, so that the calls a store cannot answer without a round trip are rejected by the type
@@ -35,6 +34,16 @@ else:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+# The limiter classes of the stores, by what they serve ("shared", "redis", "redis window", "redis lease"): the
+# module of each enters its own (serve) when aiotb is imported, so that this module imports none of them.
+_OVER: dict[str, type[Limiter[Any]]] = {}
+
+
+def serve(what: str, limiter_class: type[Limiter[Any]]) -> None:
+    """Makes limiter_class the class of ``Limiter(..., store=...)`` for what (see _OVER)."""
+    _OVER[what] = limiter_class
 
 
 class LimiterStats(NamedTuple):
@@ -171,9 +180,6 @@ class Limiter(Generic[StoreT], Bucket):
         store = kwargs.get("store")
         if store is None:
             return super().__new__(cls)
-        from ._store_redis import RedisStore, redacted
-        from ._store_shm import SharedMemoryStore, _segment_type
-
         if isinstance(store, RedisStore):
             return cls._over_redis(store.lease is not None)
         if not isinstance(store, SharedMemoryStore):
@@ -182,10 +188,9 @@ class Limiter(Generic[StoreT], Bucket):
                             f"or RedisStore(url, key) (every host), got {given}")
 
         _segment_type()  # RuntimeError first, where there is no shared memory or no C engine
-        from ._shared import SharedLimiter
-
-        if issubclass(cls, SharedLimiter):
-            return cast(Self, super().__new__(cls))
+        shared = _OVER["shared"]
+        if issubclass(cls, shared):
+            return super().__new__(cls)
         if issubclass(cls, WindowLimiter):
             raise TypeError("WindowLimiter takes no SharedMemoryStore: a sliding window must know the instant of "
                             "every grant in it, which no compare-and-swap of one word keeps; Limiter(max_rate, "
@@ -193,16 +198,14 @@ class Limiter(Generic[StoreT], Bucket):
                             "README)")
         if cls is not Limiter:
             raise TypeError(f"store= works with Limiter itself, not {cls.__name__}")
-        return cast(Self, Bucket.__new__(SharedLimiter))
+        return cast(Self, Bucket.__new__(shared))
 
     @classmethod
     def _over_redis(cls, leased: bool) -> Self:
         """A new limiter of the class that waits on rates in Redis, or TypeError."""
-        from ._lease_limiter import RedisLeaseLimiter
-        from ._redis_limiter import RedisLimiter, RedisWindowLimiter
-
+        RedisLimiter, RedisWindowLimiter, RedisLeaseLimiter = _OVER["redis"], _OVER["redis window"], _OVER["redis lease"]
         if issubclass(cls, (RedisLimiter, RedisLeaseLimiter)):
-            return cast(Self, super().__new__(cls))
+            return super().__new__(cls)
         if cls is not Limiter and cls is not WindowLimiter:
             raise TypeError(f"store=RedisStore(...) works with Limiter and WindowLimiter themselves, not {cls.__name__}")
         if leased:

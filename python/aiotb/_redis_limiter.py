@@ -38,7 +38,8 @@ from typing import Any, Coroutine, Sequence, cast
 
 from . import _params
 from ._core import Bucket
-from ._limiter import Limiter, Slot, WindowLimiter
+from ._limiter import Limiter, Slot, WindowLimiter, serve
+from ._remote import OnItsLoop
 from ._store import StoreCorrupt, StoreError
 from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisStore, Reserved, definition, window_definition
 
@@ -75,53 +76,6 @@ class _Slot:
         self.due = sent + reserved.delay / 1e9  # never after it: a stall while the script ran makes it late too
         self.amount = amount
         self.hold = hold
-
-
-class OnItsLoop:
-    """What a limiter over a RedisStore refuses: the calls that would need a round trip and are not
-    awaitable (their coroutines are ``atry_acquire``, ...: a type checker rejects these over the store
-    already), loop times, threads' blocking calls, reservations."""
-
-    __slots__ = ()
-
-    def try_acquire(self, amount: float = 1) -> bool:
-        """Not here: the tokens are in Redis; ``await limiter.atry_acquire(amount)``."""
-        raise TypeError(_AWAIT.format(call="try_acquire", twin="atry_acquire(amount)"))
-
-    def has_capacity(self, amount: float = 1) -> bool:
-        """Not here: the tokens are in Redis; ``await limiter.ahas_capacity(amount)``."""
-        raise TypeError(_AWAIT.format(call="has_capacity", twin="ahas_capacity(amount)"))
-
-    def set_rate(self, max_rate: float, time_period: float | None = None, *, burst: float | None = None,
-                 index: int = 0) -> None:
-        """Not here: the rates are in Redis; ``await limiter.aset_rate(...)``."""
-        raise TypeError(_AWAIT.format(call="set_rate", twin="aset_rate(...)"))
-
-    def penalize(self, seconds: float) -> None:
-        """Not here: the pause is in Redis; ``await limiter.apenalize(seconds)``."""
-        raise TypeError(_AWAIT.format(call="penalize", twin="apenalize(seconds)"))
-
-    def retry_after(self, value: str | bytes | float) -> float:
-        """Not here: the pause is in Redis; ``await limiter.aretry_after(value)``."""
-        raise TypeError(_AWAIT.format(call="retry_after", twin="aretry_after(value)"))
-
-    def pause_until(self, when: float) -> None:
-        """Not here: loop times mean nothing to other hosts; ``await limiter.penalize(seconds)``."""
-        raise TypeError("a limiter over a RedisStore pauses by the server's clock: await limiter.penalize(seconds)")
-
-    def acquire_blocking(self, amount: float = 1, timeout: float | None = None) -> None:
-        """Not here: a limiter over a RedisStore waits on its event loop only."""
-        raise TypeError("a limiter over a RedisStore waits on its event loop: await limiter.acquire()")
-
-    def __enter__(self) -> None:
-        raise TypeError("a limiter over a RedisStore waits on its event loop: use `async with limiter:`")
-
-    def reserve(self, amount: float = 1) -> Any:
-        """Not over a RedisStore: ``acquire`` with a ``timeout`` bounds a wait."""
-        raise TypeError("a limiter over a RedisStore has no reservations; use acquire(amount, timeout=...)")
-
-
-_AWAIT = "{call}() over a RedisStore needs a round trip to Redis: await limiter.{twin}"
 
 
 class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
@@ -285,8 +239,9 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
                 if waiter.expiry is not None:
                     waiter.expiry.cancel()
             raise
-        if result is _FALLBACK:
-            await self._store.on_error.acquire(amount)  # type: ignore[union-attr]
+        fallback = self._store.fallback
+        if result is _FALLBACK and fallback is not None:
+            await fallback.acquire(amount)
         return result.record if hold and isinstance(result, Reserved) else None
 
     async def _end_hold_of(self, record: bytes) -> None:
@@ -565,13 +520,13 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
             raise error
         if error is not None:
             self._down_until = time.monotonic() + RETRY_AFTER
-        if on_error == "allow":
+        fallback = self._store.fallback
+        if fallback is None:  # "allow"
             return True
-        assert isinstance(on_error, Limiter)
         if blocking:
-            await on_error.acquire(amount)
+            await fallback.acquire(amount)
             return True
-        return on_error.try_acquire(amount)
+        return fallback.try_acquire(amount)
 
     # ---- bookkeeping ----
 
@@ -614,6 +569,9 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
         return (int(granted), float(tokens), int(waits), float(total), float(most), int(cancelled), int(timeouts))
 
 
+serve("redis", RedisLimiter)
+
+
 class RedisWindowLimiter(RedisLimiter, WindowLimiter[RedisStore]):
     """``WindowLimiter(..., store=RedisStore(redis, key))``: at most ``max_rate`` tokens in any
     window of ``time_period`` seconds, over every client of the key, exact on the server's instants.
@@ -630,6 +588,9 @@ class RedisWindowLimiter(RedisLimiter, WindowLimiter[RedisStore]):
         _check_refill(1, period_ns)
         self._setup([spec], period_ns, _params.flag("fair", fair), smallest_first=False)
         self._over(store, window_definition(period_ns, spec.max_rate))
+
+
+serve("redis window", RedisWindowLimiter)
 
 
 class RedisSlot(Slot):

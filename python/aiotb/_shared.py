@@ -34,7 +34,7 @@ from typing import Any, Callable, Coroutine, NamedTuple, Sequence, TypeVar
 from . import _params
 from ._clock import is_monotonic_loop
 from ._core import Bucket
-from ._limiter import Limiter
+from ._limiter import Limiter, serve
 from ._store import StoreCorrupt
 from ._store_shm import SharedMemoryStore
 from ._tokenbucket import NEVER as _NEVER
@@ -64,7 +64,7 @@ class _Slot(NamedTuple):
     amount: float
 
 
-class SharedLimiter(Limiter):
+class SharedLimiter(Limiter[SharedMemoryStore]):
     """``Limiter(..., store=SharedMemoryStore(name))``: see the module's doc."""
 
     __slots__ = ("_store", "_segment", "_queue", "_slot", "_queue_lock", "_idents", "_loop_checked",
@@ -354,3 +354,4 @@ class SharedLimiter(Limiter):
             raise StoreCorrupt(f"{self._store!r} is corrupt: nothing was granted from it") from error
 
 
+serve("shared", SharedLimiter)

@@ -16,12 +16,10 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from . import _params
-from ._store import StoreCorrupt, StoreUnavailable
+from ._store import Fallback, StoreCorrupt, StoreUnavailable
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis, RedisCluster
-
-    from ._limiter import Limiter
 
 OnError = Literal["raise", "allow"]
 Errors = tuple[type[BaseException], ...]
@@ -124,16 +122,15 @@ class RedisStore:
 
     __slots__ = ("_redis", "_key", "_on_error", "_scripts", "_client_clock", "_url", "_lease", "_units", "_timeout")
 
-    def __init__(self, redis: Redis | RedisCluster | str, key: str, *, on_error: OnError | Limiter = "raise",
+    def __init__(self, redis: Redis | RedisCluster | str, key: str, *, on_error: OnError | Fallback = "raise",
                  lease: float | None = None, units: int = 16, timeout: float = TIMEOUT) -> None:
-        from ._limiter import Limiter
-
         if not isinstance(key, str) or isinstance(key, bool):
             raise TypeError(f"key must be a str, got {key!r}")
         if not key:
             raise ValueError(f"key must not be empty, got {key!r}")
-        if not (isinstance(on_error, Limiter) or on_error == "raise" or on_error == "allow"):
-            raise ValueError(f"on_error must be 'raise', 'allow' or a Limiter, got {on_error!r}")
+        if not (on_error == "raise" or on_error == "allow" or _is_fallback(on_error)):
+            raise ValueError(f"on_error must be 'raise', 'allow' or a Limiter of this process or host, got "
+                             f"{redacted(on_error) if isinstance(on_error, str) else on_error!r}")
         if lease is not None:
             span = _params.real("lease", lease)
             if not LEASE_SPANS[0] <= span <= LEASE_SPANS[1]:
@@ -147,7 +144,7 @@ class RedisStore:
         self._redis = client
         self._url = redacted(redis) if isinstance(redis, str) else None
         self._key = key
-        self._on_error: OnError | Limiter = on_error
+        self._on_error: OnError | Fallback = on_error
         self._client_clock = False  # True: the scripts take the client's time, not the server's (tests)
         self._scripts: dict[str, Script] | None = None  # None: the scripts of that clock (tests give others)
         self._lease = None if lease is None else float(lease)
@@ -169,9 +166,14 @@ class RedisStore:
         return "aiotb:{" + self._key + "}"
 
     @property
-    def on_error(self) -> OnError | Limiter:
+    def on_error(self) -> OnError | Fallback:
         """What a call does when Redis cannot answer."""
         return self._on_error
+
+    @property
+    def fallback(self) -> Fallback | None:
+        """The limiter ``on_error`` takes from while Redis cannot answer, if it is one."""
+        return None if isinstance(self._on_error, str) else self._on_error
 
     @property
     def lease(self) -> float | None:
@@ -445,3 +447,10 @@ def redacted(url: str) -> str:
     netloc = parts.netloc if "@" not in parts.netloc else "***@" + parts.netloc.rpartition("@")[2]
     hidden = [(name, "***" if name.lower() in ("username", "password") else value) for name, value in query]
     return parts._replace(netloc=netloc, query=urlencode(hidden, safe="*")).geturl()
+
+
+def _is_fallback(value: object) -> bool:
+    """Whether value can stand in for Redis: a limiter (try_acquire and acquire) whose store is not a RedisStore,
+    so that it answers at once."""
+    return (not isinstance(value, (str, bytes)) and callable(getattr(value, "try_acquire", None))
+            and callable(getattr(value, "acquire", None)) and not isinstance(getattr(value, "store", None), RedisStore))
