@@ -4,6 +4,7 @@ checker reads, under ``if TYPE_CHECKING:``, is left out), so that a store's modu
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "python" / "aiotb"
@@ -48,3 +49,21 @@ def test_no_module_of_the_package_imports_itself_back() -> None:
 
         walk(start)
     assert not circles, circles
+
+
+def test_the_readme_table_of_stores_is_the_one_the_code_refuses_from() -> None:
+    from aiotb._capabilities import FEATURES, REFUSED, STORES
+
+    readme = (PACKAGE.parent.parent / "README.md").read_text()
+    rows = {}
+    for line in readme.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and cells[0] in FEATURES:
+            rows[cells[0]] = cells[1:]
+    assert list(rows) == list(FEATURES)
+    for feature, cells in rows.items():
+        assert cells == ["no" if (feature, store) in REFUSED else "yes" for store in STORES], feature
+    bullets = [" ".join(bullet.split()) for bullet in re.findall(r"^- .*(?:\n  \S.*)*", readme, re.M)]
+    for (feature, store), reason in REFUSED.items():
+        assert any(line.startswith(f"- {feature}, over ") and f"`{store}`" in line and f": {reason}." in line
+                   for line in bullets), (feature, store)

@@ -7,6 +7,7 @@ tests/test_redis_faults.py."""
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import signal
 import time
@@ -46,8 +47,14 @@ def test_a_limiter_over_redis_is_a_redis_limiter(lib: SimpleNamespace, redis_url
 
 
 def test_only_limiter_and_window_limiter_take_a_redis_store(lib: SimpleNamespace, redis_url: str) -> None:
-    with pytest.raises(TypeError, match="Limiter and WindowLimiter themselves"):
+    with pytest.raises(TypeError, match="AsyncLimiter is aiolimiter's limiter, of one process"):
         lib.AsyncLimiter(10, 1, store=lib.package.RedisStore(redis_url, KEY))
+
+    class Own(lib.Limiter):  # type: ignore[misc, name-defined]
+        pass
+
+    with pytest.raises(TypeError, match="Limiter and WindowLimiter themselves"):
+        Own(10, 1, store=lib.package.RedisStore(redis_url, KEY))
     window = lib.WindowLimiter(10, 1, store=lib.package.RedisStore(redis_url, KEY))
     assert isinstance(window, lib.WindowLimiter) and isinstance(window, lib.package.RedisLimiter)
 
@@ -89,7 +96,7 @@ def test_sync_calls_that_need_redis_say_what_to_await(redis_url: str) -> None:
     limiter = limiter_on(aiotb, redis_url, 10, 1)
     with pytest.raises(TypeError, match="read_tokens"):
         limiter.tokens
-    with pytest.raises(TypeError, match="penalize"):
+    with pytest.raises(TypeError, match="apause_until"):
         limiter.pause_until(1.0)
     with pytest.raises(TypeError, match="async with"):
         with limiter:
@@ -351,6 +358,26 @@ def test_a_cancelled_waiter_gives_its_reservation_back(run: Run[None], redis_url
     run(main())
 
 
+def test_apause_until_pauses_every_client_for_what_is_left_of_it(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        a = limiter_on(aiotb, redis_url, 1000, 1, burst=10)
+        b = limiter_on(aiotb, redis_url, 1000, 1, burst=10)
+        loop = asyncio.get_running_loop()
+        await a.apause_until(loop.time() - 5)  # past: nothing is paused
+        assert await b.atry_acquire()
+        await a.apause_until(loop.time() + 0.3)
+        assert not await b.atry_acquire()
+        started = time.monotonic()
+        await b.acquire()
+        assert time.monotonic() - started >= 0.25  # what was left of 0.3 s, less a round trip
+        with pytest.raises(ValueError, match="when"):
+            await a.apause_until(math.nan)
+        await b.store.redis.aclose()
+        await closed(a, None)
+
+    run(main())
+
+
 def test_penalize_and_set_rate_reach_every_client(run: Run[None], redis_url: str) -> None:
     async def main() -> None:
         a = limiter_on(aiotb, redis_url, 1000, 1, burst=10)
@@ -436,7 +463,7 @@ def test_a_second_loop_is_refused(redis_url: str) -> None:
     loop = asyncio.new_event_loop()
     task = loop.create_task(use())
     loop.run_until_complete(task)
-    with pytest.raises(RuntimeError, match="event loop it was first used on"):
+    with pytest.raises(RuntimeError, match="event loop the limiter is first used on"):
         asyncio.run(use())
     loop.run_until_complete(limiter.store.redis.aclose())
     loop.close()

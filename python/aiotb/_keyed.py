@@ -8,6 +8,7 @@ import weakref
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Coroutine, Generic, Hashable, overload
 
+from ._capabilities import refused
 from ._limiter import Limiter, StoreT
 
 if TYPE_CHECKING:
@@ -42,8 +43,9 @@ class KeyedLimiter(Generic[StoreT]):
         if store is not None:
             options["store"] = store
         if store is not None and not isinstance(store, RedisStore):
-            raise TypeError("KeyedLimiter takes no SharedMemoryStore: every key's limiter would share its one set "
-                            "of rates; a RedisStore keeps one hash per key")
+            raise refused("KeyedLimiter", "SharedMemoryStore")
+        if isinstance(store, RedisStore) and store.lease is not None:
+            raise refused("KeyedLimiter", "RedisStore(lease=)")
         self._store = store
         self._prototype = self.limiter_class(max_rate, time_period, **options)  # checks the options once
         self._args = (max_rate, time_period)

@@ -33,6 +33,7 @@ import secrets
 from typing import Any, Coroutine, Sequence
 
 from . import _params
+from ._capabilities import refusal, refused
 from ._core import Bucket
 from ._limiter import Limiter, serve
 from ._store import StoreCorrupt, StoreError
@@ -176,7 +177,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
     async def aset_rate(self, max_rate: float, time_period: float | None = None, *,
                         burst: float | None = None, index: int = 0) -> None:
         """Not here: the rates are the key's, split among its holders."""
-        raise TypeError("a limiter over a leased RedisStore keeps the rates the key was made with")
+        raise refused("set_rate / aset_rate", "RedisStore(lease=)")
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "
@@ -396,7 +397,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
                 self._hold_units(0, empty=True)
             self._loop = loop
         elif loop is not self._loop:
-            raise RuntimeError("a limiter over a RedisStore serves the event loop it was first used on")
+            raise RuntimeError(refusal("several event loops", "RedisStore"))
         return loop
 
 

@@ -17,6 +17,7 @@ from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Coroutine
 
 from . import _params
 from ._core import Bucket
+from ._capabilities import refused
 from ._dispatch import PRECISE_REFILL, Dispatcher
 from ._owners import Owners
 from ._store_redis import RedisStore, redacted
@@ -192,10 +193,9 @@ class Limiter(Generic[StoreT], Bucket):
         if issubclass(cls, shared):
             return super().__new__(cls)
         if issubclass(cls, WindowLimiter):
-            raise TypeError("WindowLimiter takes no SharedMemoryStore: a sliding window must know the instant of "
-                            "every grant in it, which no compare-and-swap of one word keeps; Limiter(max_rate, "
-                            "time_period, burst=...) over the store keeps burst + rate * t in every interval (see "
-                            "README)")
+            raise refused("WindowLimiter", "SharedMemoryStore")
+        if issubclass(cls, AsyncLimiter):
+            raise refused("AsyncLimiter", "SharedMemoryStore")
         if cls is not Limiter:
             raise TypeError(f"store= works with Limiter itself, not {cls.__name__}")
         return cast(Self, Bucket.__new__(shared))
@@ -206,12 +206,13 @@ class Limiter(Generic[StoreT], Bucket):
         RedisLimiter, RedisWindowLimiter, RedisLeaseLimiter = _OVER["redis"], _OVER["redis window"], _OVER["redis lease"]
         if issubclass(cls, (RedisLimiter, RedisLeaseLimiter)):
             return super().__new__(cls)
+        if issubclass(cls, AsyncLimiter):
+            raise refused("AsyncLimiter", "RedisStore(lease=)" if leased else "RedisStore")
         if cls is not Limiter and cls is not WindowLimiter:
             raise TypeError(f"store=RedisStore(...) works with Limiter and WindowLimiter themselves, not {cls.__name__}")
         if leased:
             if cls is WindowLimiter:
-                raise TypeError("WindowLimiter takes no leased RedisStore: a window's grants must all be logged in "
-                                "one place; give it RedisStore(redis, key) without lease=")
+                raise refused("WindowLimiter", "RedisStore(lease=)")
             return cast(Self, Bucket.__new__(RedisLeaseLimiter))
         return cast(Self, Bucket.__new__(RedisLimiter if cls is Limiter else RedisWindowLimiter))
 
@@ -408,6 +409,10 @@ class Limiter(Generic[StoreT], Bucket):
     async def apenalize(self, seconds: float) -> None:
         """``penalize`` over any store: over a RedisStore, for every client of the key, by the server's clock."""
         self._here().penalize(seconds)
+
+    async def apause_until(self, when: float) -> None:
+        """``pause_until`` over any store: over a RedisStore, what is left of it from now, by the server's clock."""
+        self._here().pause_until(when)
 
     async def aretry_after(self, value: str | bytes | float) -> float:
         """``retry_after`` over any store; returns the seconds paused."""

@@ -37,6 +37,7 @@ import time
 from typing import Any, Coroutine, Sequence, cast
 
 from . import _params
+from ._capabilities import refusal
 from ._core import Bucket
 from ._limiter import Limiter, Slot, WindowLimiter, serve
 from ._remote import OnItsLoop
@@ -536,7 +537,7 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
         if self._loop is None or self._loop.is_closed() and self._server is None:
             self._loop = loop
         elif loop is not self._loop:
-            raise RuntimeError("a limiter over a RedisStore serves the event loop it was first used on")
+            raise RuntimeError(refusal("several event loops", "RedisStore"))
         return loop
 
     def _as_good_as_new(self) -> bool:

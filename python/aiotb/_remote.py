@@ -4,7 +4,11 @@ times, threads' blocking calls and reservations."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from . import _params
+from ._capabilities import refusal, refused
 
 
 _AWAIT = "{call}() over a RedisStore needs a round trip to Redis: await limiter.{twin}"
@@ -37,16 +41,25 @@ class OnItsLoop:
         raise TypeError(_AWAIT.format(call="retry_after", twin="aretry_after(value)"))
 
     def pause_until(self, when: float) -> None:
-        """Not here: loop times mean nothing to other hosts; ``await limiter.penalize(seconds)``."""
-        raise TypeError("a limiter over a RedisStore pauses by the server's clock: await limiter.penalize(seconds)")
+        """Not here: the pause is in Redis; ``await limiter.apause_until(when)``."""
+        raise TypeError(_AWAIT.format(call="pause_until", twin="apause_until(when)"))
+
+    async def apause_until(self, when: float) -> None:
+        """Grants nothing, to any client of the key, before loop time ``when``: a pause of what is left of it
+        from now, by the server's clock (one round trip; the trip's own time makes it end that much later)."""
+        span = _params.loop_time("when", when) - asyncio.get_running_loop().time()
+        await self.apenalize(max(0.0, span))
+
+    if TYPE_CHECKING:
+        async def apenalize(self, seconds: float) -> None: ...
 
     def acquire_blocking(self, amount: float = 1, timeout: float | None = None) -> None:
         """Not here: a limiter over a RedisStore waits on its event loop only."""
-        raise TypeError("a limiter over a RedisStore waits on its event loop: await limiter.acquire()")
+        raise TypeError(refusal("threads: acquire_blocking, with limiter", "RedisStore") + ": await limiter.acquire()")
 
     def __enter__(self) -> None:
-        raise TypeError("a limiter over a RedisStore waits on its event loop: use `async with limiter:`")
+        raise TypeError(refusal("threads: acquire_blocking, with limiter", "RedisStore") + ": use `async with limiter:`")
 
     def reserve(self, amount: float = 1) -> Any:
         """Not over a RedisStore: ``acquire`` with a ``timeout`` bounds a wait."""
-        raise TypeError("a limiter over a RedisStore has no reservations; use acquire(amount, timeout=...)")
+        raise refused("reserve", "RedisStore")

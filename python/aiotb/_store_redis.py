@@ -194,9 +194,6 @@ class RedisStore:
         """The store of one key of a KeyedLimiter: ``<this key>:<key>``, on the same client."""
         if isinstance(key, bool) or not isinstance(key, (str, int)):
             raise TypeError(f"a KeyedLimiter over a RedisStore takes str or int keys, got {key!r}")
-        if self._lease is not None:
-            raise TypeError("a KeyedLimiter takes no leased RedisStore: a lease per key would renew every key "
-                            "of every client; give it RedisStore(redis, key) without lease=")
         child = object.__new__(RedisStore)
         child._redis, child._url, child._on_error = self._redis, self._url, self._on_error
         child._scripts, child._client_clock, child._timeout = self._scripts, self._client_clock, self._timeout

@@ -1,0 +1,81 @@
+"""What each store serves, in one table: a feature a store does not serve is refused from here, with its
+reason, and the README's table of stores says the same (tests/test_layout.py compares them)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Store = Literal["in process", "SharedMemoryStore", "RedisStore", "RedisStore(lease=)"]
+STORES: tuple[Store, ...] = ("in process", "SharedMemoryStore", "RedisStore", "RedisStore(lease=)")
+
+# every feature, in the README's order
+FEATURES = (
+    "async with, acquire(timeout=), decorators, slot",
+    "try_acquire, has_capacity, tokens",
+    "atry_acquire, ahas_capacity, read_tokens",
+    "several rates at once",
+    "set_rate / aset_rate",
+    "penalize, retry_after / apenalize, aretry_after",
+    "pause_until / apause_until",
+    "reserve",
+    "threads: acquire_blocking, with limiter",
+    "several event loops",
+    "WindowLimiter",
+    "AsyncLimiter",
+    "KeyedLimiter",
+)
+
+_ROUND_TRIP = "these need a round trip to Redis: await atry_acquire, ahas_capacity, read_tokens"
+_ONE_LOOP = "its redis.asyncio client belongs to the event loop the limiter is first used on"
+
+# (feature, store): why it is not served there
+REFUSED: dict[tuple[str, Store], str] = {
+    ("try_acquire, has_capacity, tokens", "RedisStore"): _ROUND_TRIP,
+    ("try_acquire, has_capacity, tokens", "RedisStore(lease=)"): _ROUND_TRIP,
+    ("set_rate / aset_rate", "RedisStore(lease=)"):
+        "a limiter over a leased RedisStore keeps the rates the key was made with (they are split among its "
+        "holders)",
+    ("reserve", "RedisStore"): "a limiter over a RedisStore has no reservations; use acquire(amount, timeout=...)",
+    ("reserve", "RedisStore(lease=)"):
+        "a limiter over a RedisStore has no reservations; use acquire(amount, timeout=...)",
+    ("threads: acquire_blocking, with limiter", "RedisStore"):
+        f"a limiter over a RedisStore waits on its event loop: {_ONE_LOOP}",
+    ("threads: acquire_blocking, with limiter", "RedisStore(lease=)"):
+        f"a limiter over a RedisStore waits on its event loop: {_ONE_LOOP}",
+    ("several event loops", "RedisStore"): f"a limiter over a RedisStore serves one event loop: {_ONE_LOOP}",
+    ("several event loops", "RedisStore(lease=)"): f"a limiter over a RedisStore serves one event loop: {_ONE_LOOP}",
+    ("WindowLimiter", "SharedMemoryStore"):
+        "WindowLimiter takes no SharedMemoryStore: a sliding window must know the instant of every grant in it, "
+        "which no compare-and-swap of one word keeps; Limiter(max_rate, time_period, burst=...) over the store "
+        "keeps burst + rate * t in every interval",
+    ("WindowLimiter", "RedisStore(lease=)"):
+        "WindowLimiter takes no leased RedisStore: a window's grants must all be logged in one place; give it "
+        "RedisStore(redis, key) without lease=",
+    ("AsyncLimiter", "SharedMemoryStore"):
+        "AsyncLimiter is aiolimiter's limiter, of one process (smallest request first, newcomers ahead of "
+        "waiters); over a store use Limiter(max_rate, time_period, burst=max_rate, fair=False)",
+    ("AsyncLimiter", "RedisStore"):
+        "AsyncLimiter is aiolimiter's limiter, of one process (smallest request first, newcomers ahead of "
+        "waiters); over a store use Limiter(max_rate, time_period, burst=max_rate, fair=False)",
+    ("AsyncLimiter", "RedisStore(lease=)"):
+        "AsyncLimiter is aiolimiter's limiter, of one process (smallest request first, newcomers ahead of "
+        "waiters); over a store use Limiter(max_rate, time_period, burst=max_rate, fair=False)",
+    ("KeyedLimiter", "SharedMemoryStore"):
+        "KeyedLimiter takes no SharedMemoryStore: every key's limiter would share its one set of rates; a "
+        "RedisStore keeps one hash per key",
+    ("KeyedLimiter", "RedisStore(lease=)"):
+        "KeyedLimiter takes no leased RedisStore: a lease per key would renew every key of every client; give it "
+        "RedisStore(redis, key) without lease=",
+}
+
+
+def refusal(feature: str, store: Store) -> str:
+    """Why feature is not served over store ("" where it is). KeyError for a feature not in the table."""
+    if feature not in FEATURES or store not in STORES:
+        raise KeyError((feature, store))
+    return REFUSED.get((feature, store), "")
+
+
+def refused(feature: str, store: Store) -> TypeError:
+    """The error of a call of feature over a store that does not serve it."""
+    return TypeError(refusal(feature, store))
