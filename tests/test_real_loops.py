@@ -67,10 +67,9 @@ def test_a_newcomer_resumes_after_the_grants_before_it(lib, run):
     assert run(main()) == ["first", "newcomer"]
 
 
-def test_a_store_failing_in_the_loops_pass_fails_the_waiters(lib, run):
-    """A pass run by the loop's timer that meets a store it cannot trust (a shared segment fought over past its
-    bound raises StoreCorrupt there) fails the loop's waiters with that error: before, it went to the loop's
-    exception handler and the waiter waited forever."""
+def failing_limiter(lib: Any) -> Any:
+    """A Limiter class of lib whose grant passes raise StoreCorrupt, as a store fought over past its bound does,
+    once its class attribute failing is set."""
     class Failing(lib.Limiter):  # type: ignore[misc, name-defined]
         failing = False
 
@@ -78,6 +77,15 @@ def test_a_store_failing_in_the_loops_pass_fails_the_waiters(lib, run):
             if Failing.failing:
                 raise lib.package.StoreCorrupt("the store is corrupt")
             return super()._grant_due(at, owner)
+
+    return Failing
+
+
+def test_a_store_failing_in_the_loops_pass_fails_the_waiters(lib, run):
+    """A pass run by the loop's timer that meets a store it cannot trust (a shared segment fought over past its
+    bound raises StoreCorrupt there) fails the loop's waiters with that error: before, it went to the loop's
+    exception handler and the waiter waited forever."""
+    Failing = failing_limiter(lib)
 
     async def main() -> None:
         limiter = Failing(100, 1, burst=1)
@@ -96,13 +104,7 @@ def test_a_store_failing_in_a_cancelled_waiters_pass_fails_the_others_and_keeps_
     """The pass a cancelled waiter runs on its way out meets a store it cannot trust: the waiter still ends
     cancelled (not with the store's error in place of its CancelledError), and the waiter behind it fails with
     the store's error at once, not when a timer set for the cancelled one fires."""
-    class Failing(lib.Limiter):  # type: ignore[misc, name-defined]
-        failing = False
-
-        def _grant_due(self, at: Any, owner: Any) -> Any:
-            if Failing.failing:
-                raise lib.package.StoreCorrupt("the store is corrupt")
-            return super()._grant_due(at, owner)
+    Failing = failing_limiter(lib)
 
     async def main() -> float:
         limiter = Failing(1, 60, burst=1)  # a token a minute: nothing is granted while this runs
