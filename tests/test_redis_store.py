@@ -10,6 +10,7 @@ import asyncio
 import math
 import os
 import signal
+import threading
 import time
 from types import SimpleNamespace
 from typing import Any, Awaitable, Callable, TypeVar
@@ -92,17 +93,96 @@ def test_clients_must_agree_on_the_rates(run: Run[None], redis_url: str) -> None
     run(main())
 
 
+def on_its_loop(limiter: Any, awaitable: Awaitable[T]) -> T:
+    """awaitable, run on the loop the limiter serves, from this thread."""
+    return asyncio.run_coroutine_threadsafe(awaitable, limiter._loop).result(WITHIN_S)  # type: ignore[arg-type]
+
+
+WITHIN_S = 30.0  # s: the longest a blocking call of these tests may take on a loaded machine
+
+
+@pytest.mark.parametrize("leased", [False, True])
+def test_threads_block_on_a_limiter_over_redis(redis_url: str, leased: bool) -> None:
+    """Plain threads (no event loop: Flask, Django, a pool) take tokens with acquire_blocking and `with limiter:`;
+    the waits run on aiotb's own loop, in one queue: 4 threads x 5 grants at 20/s, burst 2, take at least the
+    18 tokens' refill. A timeout that cannot be met fails at once, a bad amount raises in the caller, and a
+    thread whose loop runs is refused."""
+    store = aiotb.RedisStore(redis_url, f"threads-{leased}", **({"lease": 1.0, "units": 1} if leased else {}))
+    limiter = aiotb.Limiter(20, 1, burst=2, store=store)
+    granted: list[float] = []
+    failures: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            for n in range(5):
+                if (i + n) % 2:
+                    limiter.acquire_blocking()
+                else:
+                    with limiter:
+                        pass
+                granted.append(time.monotonic())
+        except BaseException as error:  # noqa: BLE001  (reported by the test)
+            failures.append(error)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WITHIN_S)
+    assert not failures, failures
+    assert len(granted) == 20
+    assert time.monotonic() - started >= 18 / 20 * 0.9  # the refill of 18 tokens, less the clock's slack
+    with pytest.raises(ValueError, match="amount"):
+        limiter.acquire_blocking(5)  # above the burst: in this thread, taking nothing
+    if not leased:
+        with pytest.raises(TimeoutError):
+            limiter.acquire_blocking(2, timeout=0.001)  # the bucket is empty: it cannot come in time
+
+    async def from_a_coroutine() -> None:
+        limiter.acquire_blocking()
+
+    with pytest.raises(RuntimeError, match="would block the running event loop"):
+        asyncio.run(from_a_coroutine())
+    if leased:
+        on_its_loop(limiter, limiter.aclose())
+    on_its_loop(limiter, store.redis.aclose())
+
+
+def test_threads_block_on_the_loop_a_limiter_over_redis_serves(redis_url: str) -> None:
+    """A limiter used on a running loop serves it: threads' blocking calls wait on that same loop, in the queue of
+    its tasks."""
+    limiter = limiter_on(aiotb, redis_url, 50, 1, burst=1)
+    ready, stop = threading.Event(), threading.Event()
+
+    async def serve() -> None:
+        await limiter.acquire()  # the limiter now serves this loop
+        ready.set()
+        while not stop.is_set():
+            async with limiter:
+                await asyncio.sleep(0.01)
+        await limiter.store.redis.aclose()
+
+    server = threading.Thread(target=asyncio.run, args=(serve(),))
+    server.start()
+    assert ready.wait(WITHIN_S)
+    try:
+        serving = limiter._loop
+        for _ in range(5):
+            limiter.acquire_blocking()
+        assert limiter._loop is serving
+    finally:
+        stop.set()
+        server.join(WITHIN_S)
+    assert not server.is_alive()
+
+
 def test_sync_calls_that_need_redis_say_what_to_await(redis_url: str) -> None:
     limiter = limiter_on(aiotb, redis_url, 10, 1)
     with pytest.raises(TypeError, match="read_tokens"):
         limiter.tokens
     with pytest.raises(TypeError, match="apause_until"):
         limiter.pause_until(1.0)
-    with pytest.raises(TypeError, match="async with"):
-        with limiter:
-            pass
-    with pytest.raises(TypeError, match="await limiter.acquire"):
-        limiter.acquire_blocking()
 
 
 @pytest.mark.parametrize("amount, error", [(0, ValueError), (-1, ValueError), (float("nan"), ValueError),

@@ -38,10 +38,6 @@ REFUSED: dict[tuple[str, Store], str] = {
     ("reserve", "RedisStore"): "a limiter over a RedisStore has no reservations; use acquire(amount, timeout=...)",
     ("reserve", "RedisStore(lease=)"):
         "a limiter over a RedisStore has no reservations; use acquire(amount, timeout=...)",
-    ("threads: acquire_blocking, with limiter", "RedisStore"):
-        f"a limiter over a RedisStore waits on its event loop: {_ONE_LOOP}",
-    ("threads: acquire_blocking, with limiter", "RedisStore(lease=)"):
-        f"a limiter over a RedisStore waits on its event loop: {_ONE_LOOP}",
     ("several event loops", "RedisStore"): f"a limiter over a RedisStore serves one event loop: {_ONE_LOOP}",
     ("several event loops", "RedisStore(lease=)"): f"a limiter over a RedisStore serves one event loop: {_ONE_LOOP}",
     ("WindowLimiter", "SharedMemoryStore"):

@@ -427,7 +427,7 @@ class Limiter(Generic[StoreT], Bucket):
         every coroutine above."""
         return cast("LocalLimiter", self)
 
-    def acquire_blocking(self: LocalLimiter, amount: float = 1, timeout: float | None = None) -> None:
+    def acquire_blocking(self, amount: float = 1, timeout: float | None = None) -> None:
         """Blocks the calling thread until ``amount`` tokens are granted, in the same queue as the
         tasks of every loop; TimeoutError at once, taking nothing, if they cannot come within
         ``timeout`` seconds. From a thread whose event loop is running, RuntimeError: use ``await
@@ -436,10 +436,10 @@ class Limiter(Generic[StoreT], Bucket):
             raise RuntimeError("acquire_blocking() would block the running event loop; "
                                "use await limiter.acquire() in a coroutine")
         self.acquire(amount, timeout).close()  # checks the amount and the timeout; takes nothing
-        if not self.try_acquire(amount):
+        if not self._here().try_acquire(amount):
             self._owners.wait_blocking(float(amount), None if timeout is None else float(timeout))
 
-    def __enter__(self: LocalLimiter) -> None:
+    def __enter__(self) -> None:
         """``with limiter:`` in a thread takes one token, blocking until it comes (see acquire_blocking);
         a window holds it until the block exits."""
         if events._get_running_loop() is not None:
@@ -448,7 +448,7 @@ class Limiter(Generic[StoreT], Bucket):
         if self._window:
             self._hold(1.0)
 
-    def __exit__(self: LocalLimiter, *exc_info: object) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         """A window's token leaves it ``time_period`` from now; a bucket gives nothing back."""
         if self._window:
             self._end_hold(1.0)

@@ -1,11 +1,12 @@
-"""What a limiter over a RedisStore refuses, in one place: the calls that would need a round trip and are not
-awaitable (a type checker rejects them over the store already; each names the coroutine to await), loop
-times, threads' blocking calls and reservations."""
+"""What a limiter over a RedisStore does differently, in one place: it refuses the calls that would need a round
+trip and are not awaitable (a type checker rejects them over the store already; each names the coroutine to
+await) and reservations, and runs the waits of threads' blocking calls on its event loop."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+import threading
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine
 
 from . import _params
 from ._capabilities import refusal, refused
@@ -15,7 +16,8 @@ _AWAIT = "{call}() over a RedisStore needs a round trip to Redis: await limiter.
 
 
 class OnItsLoop:
-    """The module's refusals, for RedisLimiter and RedisLeaseLimiter (before Limiter in their bases)."""
+    """The module's refusals and blocking calls, for RedisLimiter and RedisLeaseLimiter (before Limiter in their
+    bases)."""
 
     __slots__ = ()
 
@@ -50,16 +52,75 @@ class OnItsLoop:
         span = _params.loop_time("when", when) - asyncio.get_running_loop().time()
         await self.apenalize(max(0.0, span))
 
-    if TYPE_CHECKING:
-        async def apenalize(self, seconds: float) -> None: ...
-
     def acquire_blocking(self, amount: float = 1, timeout: float | None = None) -> None:
-        """Not here: a limiter over a RedisStore waits on its event loop only."""
-        raise TypeError(refusal("threads: acquire_blocking, with limiter", "RedisStore") + ": await limiter.acquire()")
+        """Blocks the calling thread until ``amount`` tokens are granted, as ``acquire`` (same queue, same
+        timeout): the wait runs on the limiter's event loop (see _block_on)."""
+        self._block_on(lambda: self.acquire(amount, timeout), "acquire_blocking()")
 
     def __enter__(self) -> None:
-        raise TypeError(refusal("threads: acquire_blocking, with limiter", "RedisStore") + ": use `async with limiter:`")
+        """``with limiter:`` in a thread: ``async with limiter:``'s entry, run on the limiter's event loop."""
+        self._block_on(self.__aenter__, "`with limiter:`")
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._block_on(lambda: self.__aexit__(*exc_info), "`with limiter:`")
+
+    def _block_on(self, call: Callable[[], Awaitable[None]], what: str) -> None:
+        """Runs call() (made here: a bad argument raises in this thread) on the event loop the limiter serves,
+        while it runs, else on aiotb's own loop, and waits for it. Interrupted, it cancels the wait, which
+        gives back what it was granted as a cancelled task does."""
+        if asyncio.events._get_running_loop() is not None:
+            raise RuntimeError(f"{what} would block the running event loop; use await limiter.acquire() or "
+                               "`async with limiter:` in a coroutine")
+        serving = self._loop
+        loop = serving if serving is not None and serving.is_running() else blocking_loop()
+        future = asyncio.run_coroutine_threadsafe(_awaited(call()), loop)
+        try:
+            future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+    if TYPE_CHECKING:
+        _loop: asyncio.AbstractEventLoop | None
+
+        async def apenalize(self, seconds: float) -> None: ...
+
+        def acquire(self, amount: float = 1, timeout: float | None = None) -> Coroutine[Any, Any, None]: ...
+
+        async def __aenter__(self) -> None: ...
+
+        async def __aexit__(self, *exc_info: object) -> None: ...
 
     def reserve(self, amount: float = 1) -> Any:
         """Not over a RedisStore: ``acquire`` with a ``timeout`` bounds a wait."""
         raise refused("reserve", "RedisStore")
+
+
+_own_lock = threading.Lock()
+_own_loop: asyncio.AbstractEventLoop | None = None
+
+
+def blocking_loop() -> asyncio.AbstractEventLoop:
+    """aiotb's own event loop, running in a daemon thread of its own from the first call on: where the blocking
+    calls of threads wait on a limiter over a RedisStore that serves no running loop (its Redis client then
+    belongs to this loop)."""
+    global _own_loop
+    with _own_lock:
+        if _own_loop is None:
+            loop = asyncio.new_event_loop()
+            running = threading.Event()
+            threading.Thread(target=_run_forever, args=(loop, running), name="aiotb blocking calls",
+                             daemon=True).start()
+            running.wait()
+            _own_loop = loop
+        return _own_loop
+
+
+def _run_forever(loop: asyncio.AbstractEventLoop, running: threading.Event) -> None:
+    asyncio.set_event_loop(loop)
+    loop.call_soon(running.set)
+    loop.run_forever()
+
+
+async def _awaited(awaitable: Awaitable[None]) -> None:
+    await awaitable
