@@ -177,6 +177,65 @@ def test_threads_block_on_the_loop_a_limiter_over_redis_serves(redis_url: str) -
     assert not server.is_alive()
 
 
+@pytest.mark.parametrize("leased", [False, True])
+def test_loops_of_other_threads_wait_on_the_loop_a_limiter_over_redis_serves(redis_url: str, leased: bool) -> None:
+    """Three more event loops, in threads of their own, use a limiter that serves a running loop: their waits run
+    there, in its queue (5 grants each at 20/s, burst 2: at least the 13 tokens' refill), and a task cancelled on
+    its own loop leaves the queue of the serving one."""
+    store = aiotb.RedisStore(redis_url, f"loops-{leased}", **({"lease": 1.0, "units": 1} if leased else {}))
+    limiter = aiotb.Limiter(20, 1, burst=2, store=store)
+    ready, stop = threading.Event(), threading.Event()
+    outcomes: list[object] = []
+
+    async def serve() -> None:
+        await limiter.acquire()  # the limiter now serves this loop
+        ready.set()
+        while not stop.is_set():
+            await asyncio.sleep(0.01)
+        if leased:
+            await limiter.aclose()
+        await store.redis.aclose()
+
+    async def use() -> None:
+        for _ in range(5):
+            async with limiter:
+                pass
+        assert await limiter.read_tokens() >= 0
+        waiting = asyncio.ensure_future(limiter.acquire(2))  # behind the others: not granted at once
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        outcomes.append("done")
+
+    def run_loop() -> None:
+        try:
+            asyncio.run(use())
+        except BaseException as error:  # noqa: BLE001  (reported by the test)
+            outcomes.append(error)
+
+    server = threading.Thread(target=asyncio.run, args=(serve(),))
+    server.start()
+    try:
+        assert ready.wait(WITHIN_S)
+        started = time.monotonic()
+        users = [threading.Thread(target=run_loop) for _ in range(3)]
+        for user in users:
+            user.start()
+        for user in users:
+            user.join(WITHIN_S)
+        assert outcomes == ["done"] * 3, outcomes
+        assert time.monotonic() - started >= 13 / 20 * 0.9  # the refill of 13 tokens, less the clock's slack
+        deadline = time.monotonic() + WITHIN_S
+        while limiter.waiting and time.monotonic() < deadline:  # the cancels reach the serving loop
+            time.sleep(0.01)
+        assert limiter.waiting == 0
+    finally:
+        stop.set()
+        server.join(WITHIN_S)
+    assert not server.is_alive()
+
+
 def test_sync_calls_that_need_redis_say_what_to_await(redis_url: str) -> None:
     limiter = limiter_on(aiotb, redis_url, 10, 1)
     with pytest.raises(TypeError, match="read_tokens"):
@@ -543,7 +602,7 @@ def test_a_second_loop_is_refused(redis_url: str) -> None:
     loop = asyncio.new_event_loop()
     task = loop.create_task(use())
     loop.run_until_complete(task)
-    with pytest.raises(RuntimeError, match="event loop the limiter is first used on"):
+    with pytest.raises(RuntimeError, match="serves the event loop it is first used on.*this one is not running"):
         asyncio.run(use())
     loop.run_until_complete(limiter.store.redis.aclose())
     loop.close()

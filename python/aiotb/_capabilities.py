@@ -26,7 +26,10 @@ FEATURES = (
 )
 
 _ROUND_TRIP = "these need a round trip to Redis: await atry_acquire, ahas_capacity, read_tokens"
-_ONE_LOOP = "its redis.asyncio client belongs to the event loop the limiter is first used on"
+# not a refusal of the table: the message of a call from a loop other than the one a limiter over a RedisStore
+# serves, when that one is not running (not closed either: then the limiter serves the new one)
+OTHER_LOOP = ("a limiter over a RedisStore serves the event loop it is first used on (its redis.asyncio client belongs "
+              "to it), and calls from other loops wait there while it runs: this one is not running")
 
 # (feature, store): why it is not served there
 REFUSED: dict[tuple[str, Store], str] = {
@@ -38,8 +41,6 @@ REFUSED: dict[tuple[str, Store], str] = {
     ("reserve", "RedisStore"): "a limiter over a RedisStore has no reservations; use acquire(amount, timeout=...)",
     ("reserve", "RedisStore(lease=)"):
         "a limiter over a RedisStore has no reservations; use acquire(amount, timeout=...)",
-    ("several event loops", "RedisStore"): f"a limiter over a RedisStore serves one event loop: {_ONE_LOOP}",
-    ("several event loops", "RedisStore(lease=)"): f"a limiter over a RedisStore serves one event loop: {_ONE_LOOP}",
     ("WindowLimiter", "SharedMemoryStore"):
         "WindowLimiter takes no SharedMemoryStore: a sliding window must know the instant of every grant in it, "
         "which no compare-and-swap of one word keeps; Limiter(max_rate, time_period, burst=...) over the store "

@@ -33,11 +33,11 @@ import secrets
 from typing import Any, Coroutine, Sequence
 
 from . import _params
-from ._capabilities import refusal, refused
+from ._capabilities import OTHER_LOOP, refused
 from ._core import Bucket
 from ._limiter import Limiter, serve
 from ._store import StoreCorrupt, StoreError
-from ._remote import OnItsLoop
+from ._remote import OnItsLoop, on_its_loop
 from ._store_redis import MAX_PAUSE_NS, Lease, RedisStore, lease_definition
 
 RENEW_EVERY = 1 / 3  # of a span: how often a holder renews its lease
@@ -108,6 +108,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         x = self._amount(amount)
         return self._acquire(x, None if timeout is None else _params.seconds("timeout", timeout))
 
+    @on_its_loop
     async def atry_acquire(self, amount: float = 1) -> bool:
         """Takes ``amount`` tokens now if the units held have them (no round trip); False if not,
         or if others wait in this limiter's queue (fair)."""
@@ -122,6 +123,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         await asyncio.sleep(0)  # a caller that tries again at once lets the keeper run
         return False
 
+    @on_its_loop
     async def ahas_capacity(self, amount: float = 1) -> bool:
         """Whether ``try_acquire(amount)`` would take the tokens now (takes nothing)."""
         x = self._amount(amount)
@@ -129,6 +131,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         return (not self._asking and loop.time() < self._valid_until and x <= self._share_burst
                 and Bucket.has_capacity(self, x))
 
+    @on_its_loop
     async def read_tokens(self) -> float:
         """Tokens the units held have now (0 without a lease)."""
         return self.tokens
@@ -146,6 +149,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         """Callers of this limiter waiting now."""
         return sum(self._asking.values())
 
+    @on_its_loop
     async def apenalize(self, seconds: float) -> None:
         """Grants nothing for ``seconds``: here at once, and at every other holder of the key from
         its next renewal on (one round trip)."""
@@ -162,6 +166,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         await self.apenalize(span)
         return span
 
+    @on_its_loop
     async def aclose(self) -> None:
         """Gives every unit back now, with the tokens they hold; the next call leases again."""
         keeper, self._keeper = self._keeper, None
@@ -186,6 +191,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
 
     # ---- waiting ----
 
+    @on_its_loop
     async def _acquire(self, amount: float, timeout: float | None) -> None:
         """Waits for amount from the units held; for units first while it holds too few, or none."""
         loop = self._check_loop()
@@ -397,7 +403,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
                 self._hold_units(0, empty=True)
             self._loop = loop
         elif loop is not self._loop:
-            raise RuntimeError(refusal("several event loops", "RedisStore"))
+            raise RuntimeError(OTHER_LOOP)
         return loop
 
 

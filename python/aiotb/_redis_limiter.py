@@ -37,10 +37,10 @@ import time
 from typing import Any, Coroutine, Sequence, cast
 
 from . import _params
-from ._capabilities import refusal
+from ._capabilities import OTHER_LOOP
 from ._core import Bucket
 from ._limiter import Limiter, Slot, WindowLimiter, serve
-from ._remote import OnItsLoop
+from ._remote import OnItsLoop, on_its_loop
 from ._store import StoreCorrupt, StoreError
 from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisStore, Reserved, definition, window_definition
 
@@ -138,6 +138,7 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
         Bucket.acquire(self, amount, timeout).close()  # the amount and the timeout, checked by the engine
         return cast(Coroutine[Any, Any, None], self._acquire(float(amount), None if timeout is None else float(timeout)))
 
+    @on_its_loop
     async def atry_acquire(self, amount: float = 1) -> bool:
         """Takes ``amount`` tokens if every rate has them now (one round trip); False if not, or if
         others wait in this limiter's queue (fair)."""
@@ -156,6 +157,7 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
         self._count_grant(x, None, reserved)
         return True
 
+    @on_its_loop
     async def ahas_capacity(self, amount: float = 1) -> bool:
         """Whether ``try_acquire(amount)`` would take the tokens now (one round trip; takes nothing)."""
         x = self._checked_amount(amount)
@@ -163,6 +165,7 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
             return False
         return await self._store.fit_delay(self._definition, x) <= 0
 
+    @on_its_loop
     async def read_tokens(self) -> float:
         """Tokens available now in Redis (the fewest over the rates; 0 while paused)."""
         return await self._store.tokens(self._definition)
@@ -177,6 +180,7 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
         """Waiters of this limiter queued now."""
         return sum(1 for w in self._queue if not w.future.done())
 
+    @on_its_loop
     async def aset_rate(self, max_rate: float, time_period: float | None = None, *,
                         burst: float | None = None, index: int = 0) -> None:
         """Changes rate ``index`` for every client of the key (one round trip), keeping the tokens
@@ -193,6 +197,7 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
             Bucket._set_rate(self, i, spec.ns_per_token, spec.burst)  # amounts are checked against it
         self._rates = [*self._rates[:i], spec, *self._rates[i + 1:]]
 
+    @on_its_loop
     async def apenalize(self, seconds: float) -> None:
         """Grants nothing, to any client of the key, for ``seconds`` from the server's now: a
         server's ``Retry-After`` (one round trip)."""
@@ -215,6 +220,7 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
 
     # ---- waiting ----
 
+    @on_its_loop
     async def _acquire(self, amount: float, timeout: float | None, hold: bool = False) -> bytes | None:
         """Waits for amount; the record of the grant if Redis made it and it is held, else None."""
         loop = self._check_loop()
@@ -245,6 +251,7 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
             await fallback.acquire(amount)
         return result.record if hold and isinstance(result, Reserved) else None
 
+    @on_its_loop
     async def _end_hold_of(self, record: bytes) -> None:
         """Ends a held grant's hold in Redis; should Redis not answer, it ends by itself later (stricter)."""
         try:
@@ -537,7 +544,7 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
         if self._loop is None or self._loop.is_closed() and self._server is None:
             self._loop = loop
         elif loop is not self._loop:
-            raise RuntimeError(refusal("several event loops", "RedisStore"))
+            raise RuntimeError(OTHER_LOOP)
         return loop
 
     def _as_good_as_new(self) -> bool:

@@ -5,11 +5,35 @@ await) and reservations, and runs the waits of threads' blocking calls on its ev
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Protocol, TypeVar, cast
 
 from . import _params
 from ._capabilities import refusal, refused
+
+
+class Serving(Protocol):
+    """A limiter over a RedisStore: it serves one event loop, which its Redis client belongs to."""
+
+    _loop: asyncio.AbstractEventLoop | None
+
+
+F = TypeVar("F", bound=Callable[..., Coroutine[Any, Any, Any]])
+
+
+def on_its_loop(method: F) -> F:
+    """method (a coroutine function of a Serving limiter), run on the event loop the limiter serves when called
+    from another loop while that one runs: the caller awaits it on its own loop, and cancelling the caller
+    cancels it there."""
+    @functools.wraps(method)
+    async def forwarded(self: Serving, /, *args: Any, **kwargs: Any) -> Any:
+        serving = self._loop
+        if serving is None or not serving.is_running() or serving is asyncio.get_running_loop():
+            return await method(self, *args, **kwargs)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(method(self, *args, **kwargs), serving))
+
+    return cast(F, forwarded)
 
 
 _AWAIT = "{call}() over a RedisStore needs a round trip to Redis: await limiter.{twin}"
