@@ -74,6 +74,20 @@ def test_bad_store_parameters_are_refused(lib: SimpleNamespace, redis_url: str, 
         lib.package.RedisStore(given.pop("redis", redis_url), **given)
 
 
+def test_on_error_takes_a_limiter_of_this_host_only(lib: SimpleNamespace, redis_url: str) -> None:
+    """The fallback stands in for a Redis that cannot answer: a limiter of this process (or host) is taken, one
+    over Redis is refused, and a URL given by mistake is named without its password."""
+    local = lib.Limiter(5, 1)
+    assert lib.package.RedisStore(redis_url, "k", on_error=local).fallback is local
+    assert lib.package.RedisStore(redis_url, "k").fallback is None
+    over_redis = limiter_on(lib, redis_url, 5, 1, key="other")
+    with pytest.raises(ValueError, match="on_error must be 'raise', 'allow' or a Limiter of this process or host"):
+        lib.package.RedisStore(redis_url, "k", on_error=over_redis)
+    with pytest.raises(ValueError, match="on_error must be") as refused:
+        lib.package.RedisStore(redis_url, "k", on_error="redis://user:hunter2@127.0.0.1/0")
+    assert "hunter2" not in str(refused.value)
+
+
 def test_a_refill_longer_than_the_script_keeps_exact_is_refused(lib: SimpleNamespace, redis_url: str) -> None:
     with pytest.raises(ValueError, match="refills its burst within 52 days"):
         limiter_on(lib, redis_url, 1, 86400 * 60)
