@@ -469,12 +469,6 @@ static int tokenbucket_exec(PyObject *module)
     if (st->type_watcher < 0)  /* every watcher taken: the clock is proven on each reading instead */
         PyErr_Clear();
 #endif
-    st->context_watcher = -1;
-#ifdef AIOTB_COUNT_CONTEXT_SWITCHES
-    st->context_watcher = PyContext_AddWatcher(count_context_switch);
-    if (st->context_watcher < 0)  /* every watcher taken: asyncio is asked on each reading instead */
-        PyErr_Clear();
-#endif
     st->ready_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &ready_spec, NULL);
     st->bucket_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &bucket_spec, NULL);
     st->seen_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &seen_spec, NULL);
@@ -592,13 +586,9 @@ static void tokenbucket_free(void *module)
     if (st->type_watcher >= 0 && PyType_ClearWatcher(st->type_watcher) < 0)
         PyErr_WriteUnraisable((PyObject *)module);
     st->type_watcher = -1;
-#endif
-#ifdef AIOTB_COUNT_CONTEXT_SWITCHES
-    if (st->context_watcher >= 0 && PyContext_ClearWatcher(st->context_watcher) < 0)
-        PyErr_WriteUnraisable((PyObject *)module);
-    st->context_watcher = -1;
-#endif
+#else
     (void)st;
+#endif
     (void)tokenbucket_clear((PyObject *)module);
 }
 

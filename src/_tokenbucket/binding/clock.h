@@ -9,10 +9,11 @@
  * on 3.11 (the public path). Asking on every reading costs about 140 instructions per `async with`
  * on 3.12 and 3.13 (see README), so on 3.11-3.13 a thread trusts its last answer while its context
  * version is unchanged: every callback and task step a loop runs enters a context, so the running
- * loop cannot change within one version. On 3.11-3.13 the context version is a CPython-internal field,
- * read only on the versions that have it (GIL builds); on 3.14+ a context watcher of ours (public API)
- * counts each switch of the thread's current context, and the count is the version. The build switch
- * AIOTB_PUBLIC_CLOCK=1 (setup.py) builds the public path instead, and the test suite runs on both.
+ * loop cannot change within one version. The context version is a CPython-internal field, read only
+ * on 3.11-3.13 GIL builds, where it saves 5 % or more (state.h); the build switch AIOTB_PUBLIC_CLOCK=1
+ * (setup.py) builds the public path there too, and the test suite runs on both. A context watcher
+ * (public, 3.14+) could count the switches instead, but it runs at every switch of every task step in
+ * the process, limiter or not: 17-42 ns more per task step on 3.14 (README, "Design").
  * Class changes: type watchers on 3.12+ (public); the class's version tag on 3.11.
  *
  * On 3.11 a new context version (each task step has one) would cost that system call at the step's first
@@ -204,41 +205,7 @@ static _Thread_local struct {
     int64_t interp_id;
     uint64_t frees;    /* seen_frees when it was found */
     SeenObject *seen;  /* borrowed */
-    uint64_t context_switches;  /* 3.14+: switches of this thread's current context, counted by our watcher */
 } this_thread;
-
-#ifdef AIOTB_COUNT_CONTEXT_SWITCHES
-// The context watcher: counts a switch of this thread's current context (the watcher runs in the
-// thread that switched). Always 0.
-static int count_context_switch(PyContextEvent event, PyObject *context)
-{
-    (void)event, (void)context;
-    this_thread.context_switches++;
-    return 0;
-}
-#endif
-
-// The thread ts's context version: it changes whenever a loop runs a callback or a task step.
-static inline ALWAYS_INLINE uint64_t context_version(PyThreadState *ts)
-{
-#ifdef AIOTB_COUNT_CONTEXT_SWITCHES
-    (void)ts;
-    return this_thread.context_switches;
-#else
-    return ts->context_ver;
-#endif
-}
-
-// Whether the context version can be trusted here: on 3.14+, only while our watcher counts switches.
-static inline ALWAYS_INLINE bool context_version_counted(tb_state *st)
-{
-#ifdef AIOTB_COUNT_CONTEXT_SWITCHES
-    return st->context_watcher >= 0;
-#else
-    (void)st;
-    return true;
-#endif
-}
 
 static int seen_traverse(PyObject *op, visitproc visit, void *arg)
 {
@@ -366,7 +333,7 @@ static inline ALWAYS_INLINE bool same_running_loop(tb_state *st, SeenObject *see
 {
     if (seen->loop_holder == NULL || seen->loop_holder != loop_holder(st) || seen->forks != forks)
         return false;
-    seen->context_ver = context_version(ts);
+    seen->context_ver = ts->context_ver;
     return true;
 }
 #endif
@@ -444,8 +411,8 @@ COLD static int bucket_now_slow(BucketObject *self, PyObject *loop, tb_ns *now)
     if (domain == NULL)  /* outside a loop, asyncio's default clock is CLOCK_MONOTONIC too */
         *now = monotonic_ns();
 #ifdef AIOTB_TRUST_CONTEXT_VERSION
-    seen->running = domain == NULL && loop == seen->proof.loop && context_version_counted(st);
-    seen->context_ver = context_version(PyThreadState_Get());
+    seen->running = domain == NULL && loop == seen->proof.loop;
+    seen->context_ver = PyThreadState_Get()->context_ver;
 #endif
 #ifdef AIOTB_TRUST_LOOP_HOLDER
     Py_XSETREF(seen->loop_holder, seen->running ? Py_XNewRef(holder) : NULL);
@@ -467,7 +434,7 @@ done:
 }
 
 // The running loop's time in ns, moving the core onto that clock if it changed. 0, or -1 with an
-// exception. Inlined: the fast path is a few loads while the thread's context version holds (GIL builds),
+// exception. Inlined: the fast path is a few loads while the thread's context version holds (3.11-3.13),
 // else one question to asyncio; and CLOCK_MONOTONIC.
 static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
 {
@@ -475,7 +442,7 @@ static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
 #ifdef AIOTB_TRUST_CONTEXT_VERSION
     PyThreadState *ts = PyThreadState_Get();
     SeenObject *seen = seen_find(st, ts);
-    if (seen != NULL && seen->running && self->domain == NULL && (context_version(ts) == seen->context_ver
+    if (seen != NULL && seen->running && self->domain == NULL && (ts->context_ver == seen->context_ver
 #ifdef AIOTB_TRUST_LOOP_HOLDER
                                                                    || same_running_loop(st, seen, ts)
 #endif
@@ -484,6 +451,14 @@ static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
         return 0;
     }
     PyObject *loop = PyObject_CallNoArgs(st->get_running_loop);
+    if (loop != NULL && seen != NULL && loop == seen->proof.loop && self->domain == NULL &&
+        proof_holds(st, &seen->proof, loop)) {
+        seen->running = true;  /* a new version (a new task step, say): asyncio named the proven loop */
+        seen->context_ver = ts->context_ver;
+        Py_DECREF(loop);
+        *now = bucket_read(self, monotonic_ns());
+        return 0;
+    }
 #else
     PyObject *loop = PyObject_CallNoArgs(st->get_running_loop);
     SeenObject *seen = loop ? seen_find(st, PyThreadState_Get()) : NULL;
@@ -498,7 +473,7 @@ static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
     return bucket_now_slow(self, loop, now);
 }
 
-// _running_loop() -> the running loop, or None: on GIL builds the loop this thread's last reading found
+// _running_loop() -> the running loop, or None: on 3.11-3.13 GIL builds the loop this thread's last reading found
 // running, while its context version says the running loop cannot have changed since (no question to
 // asyncio, which costs a getpid() system call on 3.11); else asyncio's answer.
 static PyObject *bucket_running_loop(PyObject *op, PyObject *Py_UNUSED(ignored))
@@ -507,7 +482,7 @@ static PyObject *bucket_running_loop(PyObject *op, PyObject *Py_UNUSED(ignored))
 #ifdef AIOTB_TRUST_CONTEXT_VERSION
     PyThreadState *ts = PyThreadState_Get();
     SeenObject *seen = seen_find(st, ts);
-    if (seen != NULL && seen->running && (context_version(ts) == seen->context_ver
+    if (seen != NULL && seen->running && (ts->context_ver == seen->context_ver
 #ifdef AIOTB_TRUST_LOOP_HOLDER
                                            || same_running_loop(st, seen, ts)
 #endif

@@ -14,18 +14,17 @@
 
 #include "../queue.h"
 
-/* The clock's gates (clock.h): on GIL builds, trust the thread's context version while it is unchanged:
- * on 3.11-3.13 the interpreter's (a CPython-internal field), on 3.14+ a count of the thread's context
- * switches kept by a context watcher of ours (public API); AIOTB_PUBLIC_CLOCK=1 builds without either. On
- * 3.11, also asyncio's running-loop holder across versions. What they save on an uncontended `async with` against the AIOTB_PUBLIC_CLOCK=1
+/* The clock's gates (clock.h): on 3.11-3.13 GIL builds, trust the thread's context version while it is unchanged
+ * (a CPython-internal field; AIOTB_PUBLIC_CLOCK=1 builds without it); on 3.11, also asyncio's running-loop
+ * holder across versions. What they save on an uncontended `async with` against the AIOTB_PUBLIC_CLOCK=1
  * build (`benchmarks/run.py --only uncontended --competitors aiotb,c-bucket-bound`, medians of 5 alternating
  * runs each, asyncio / uvloop): 3.11 both gates 74.9 / 74.6 ns against 219.8 / 218.9 ns (66 %); 3.13 the
- * context version 95.9 / 98.0 ns against 108.1 / 106.5 ns (11 % / 8 %). */
-#if !defined(Py_GIL_DISABLED) && !defined(AIOTB_PUBLIC_CLOCK)
+ * context version 95.9 / 98.0 ns against 108.1 / 106.5 ns (11 % / 8 %). On 3.14 and 3.15 the same field
+ * saves under 5 % (`benchmarks/per_with.py`, three alternating runs of each build: 88.8-89.7 ns against
+ * 92.0-93.4 ns on 3.14, 86.6-87.1 against 90.7-91.3 on 3.15), so they take the public path. */
+#if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED) && !defined(AIOTB_PUBLIC_CLOCK)
 #define AIOTB_TRUST_CONTEXT_VERSION 1
-#if PY_VERSION_HEX >= 0x030E0000
-#define AIOTB_COUNT_CONTEXT_SWITCHES 1
-#elif PY_VERSION_HEX < 0x030C0000
+#if PY_VERSION_HEX < 0x030C0000
 #define AIOTB_TRUST_LOOP_HOLDER 1
 #endif
 #endif
@@ -108,7 +107,6 @@ typedef struct {
     PyObject *segment_corrupt;   /* the exception SegmentCorrupt (segment.h), or NULL where there is no Segment */
     PyTypeObject *segment_type;  /* Segment (segment.h), or NULL where there is none */
     int type_watcher;            /* 3.12+: id of the watcher that counts class changes, or -1 */
-    int context_watcher;         /* 3.14+: id of the watcher that counts context switches, or -1 */
 } tb_state;
 
 typedef struct {
