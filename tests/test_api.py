@@ -6,6 +6,7 @@ import asyncio
 import gc
 import math
 import os
+import time
 from fractions import Fraction
 
 import aiotb
@@ -336,12 +337,47 @@ def test_bad_timeouts(lib, vrun, timeout, error):
     assert vrun(main()) == 10.0
 
 
+def test_asynclimiter_waits_its_timeout_out_and_takes_nothing(lib, vrun):
+    """Smallest first cannot project a grant: AsyncLimiter's timeout ends the wait when it runs out,
+    leaving the queue with nothing taken, and a request granted in time is granted as without one."""
+
+    async def main() -> list[object]:
+        loop = asyncio.get_running_loop()
+        limiter = lib.AsyncLimiter(2, 1)  # capacity 2, a token each 0.5 s
+        await limiter.acquire(2)
+        seen: list[object] = []
+        try:
+            await limiter.acquire(2, timeout=0.3)
+        except TimeoutError as error:
+            seen += [round(loop.time(), 9), str(error), limiter.waiting]
+        await limiter.acquire(1, timeout=0.5)  # its token came at 0.5 s: the timed-out request took none
+        seen.append(round(loop.time(), 9))
+        await limiter.acquire(0, timeout=0)  # aiolimiter's amount 0: through at once, timeout or not
+        seen.append(limiter.stats().cancelled)
+        return seen
+
+    assert vrun(main()) == [0.3, "2.0 tokens were not granted within 0.3 s", 0, 0.5, 1]
+
+
+def test_asynclimiter_blocking_timeout_runs_out_taking_nothing(lib):
+    limiter = lib.AsyncLimiter(1, 3600)
+    limiter.acquire_blocking(1)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"^1\.0 tokens were not granted within 0\.2 s$"):
+        limiter.acquire_blocking(1, timeout=0.2)
+    waited = time.monotonic() - started
+    assert 0.2 <= waited < 5  # a real thread: the bound is loose above, never early
+    assert limiter.waiting == 0 and limiter.stats().granted == 1
+    with pytest.raises(ValueError, match="^timeout must be None or >= 0, got -1$"):
+        limiter.acquire_blocking(1, timeout=-1)
+    limiter.acquire_blocking(0, timeout=0)  # through at once
+    assert limiter.waiting == 0 and limiter.stats().granted == 1
+
+
 def test_asynclimiter_keeps_aiolimiters_error_and_signature(lib):
     limiter = lib.AsyncLimiter(1)
     with pytest.raises(ValueError, match="^Amount must be a number between 0 and the maximum capacity$"):
         limiter.acquire(42)
-    with pytest.raises(TypeError, match="takes no timeout"):
-        limiter.acquire(1, timeout=1)
     with pytest.raises(TypeError):
         lib.AsyncLimiter(1, 1, 1)
 
@@ -420,9 +456,6 @@ def test_errors_name_the_public_class(lib):
     with pytest.raises(TypeError) as caught:
         lib.Limiter(1, 2, 3)  # burst is keyword-only
     assert "Limiter.__init__()" in str(caught.value) and "<locals>" not in str(caught.value)
-    with pytest.raises(TypeError) as caught:
-        lib.AsyncLimiter(10, 1).acquire(1, 5)  # aiolimiter's acquire takes no timeout
-    assert str(caught.value) == "AsyncLimiter.acquire() takes no timeout; use aiotb.Limiter for timeouts"
     with pytest.raises(TypeError) as caught:
         lib.WindowLimiter(10, 1, burst=2)  # a window has no burst
     assert "WindowLimiter.__init__()" in str(caught.value) and "<locals>" not in str(caught.value)

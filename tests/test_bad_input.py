@@ -237,9 +237,6 @@ TIMEOUT_TABLE: dict[str, Any] = {
     "1e-308": OK,
     "10**400": OK,
 }
-NO_TIMEOUT = (TypeError, r"^AsyncLimiter\.acquire\(\) takes no timeout; use aiotb\.Limiter for timeouts$")
-ASYNC_TIMEOUT_TABLE = {key: NO_TIMEOUT if outcome == OK and key != "None" else outcome
-                       for key, outcome in TIMEOUT_TABLE.items()}
 
 
 async def _unchanged_by(limiter: Any, bad_call: Callable[[], Any], outcome: Any) -> None:
@@ -312,7 +309,7 @@ def test_bad_amount_changes_nothing(lib, vrun, request, kind, method, form, key,
 
 def _timeout_cases() -> list[Any]:
     return [pytest.param(kind, key, outcomes[key], id=f"{kind}-{key}")
-            for kind, outcomes in (("Limiter", TIMEOUT_TABLE), ("AsyncLimiter", ASYNC_TIMEOUT_TABLE))
+            for kind, outcomes in (("Limiter", TIMEOUT_TABLE), ("AsyncLimiter", TIMEOUT_TABLE))
             for key in VALUES]
 
 

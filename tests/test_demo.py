@@ -3,7 +3,7 @@
 Each run goes through a limiter whose ``acquire`` the test watches: it notes every call and how
 it ended, on the virtual clock. Every figure the demo prints is then checked against those notes,
 in scenarios chosen so that each branch of the demo is taken: the big request in arrival order or
-overtaken, the impatient request refused, granted, or not queued at all."""
+overtaken, the impatient request refused (at once, or once its timeout ran out) or granted."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ class Scenario(NamedTuple):
     before: int  # small requests before the big one
     after: int  # and after it
     big_at: str  # where the big one is granted: at its "arrival" place, or "last"
-    impatient: str  # what becomes of the impatient request: "refused", "granted" or "not queued"
+    impatient: str  # what becomes of the impatient request: "refused" or "granted"
     hesitate: float = 0.0
 
 
@@ -78,8 +78,8 @@ SCENARIOS = {
     "fifo-short": Scenario("Limiter", (20, 1), {"burst": 5}, 10, 5, "arrival", "refused"),
     "fifo-refused-late": Scenario("Limiter", (20, 1), {"burst": 5}, 30, 29, "arrival", "refused", hesitate=0.01),
     "fifo-fast": Scenario("Limiter", (1000, 1), {"burst": 5}, 30, 29, "arrival", "granted"),
-    "smallest-first": Scenario("AsyncLimiter", (5, 0.25), {}, 30, 29, "last", "not queued"),
-    "smallest-first-short": Scenario("AsyncLimiter", (5, 0.25), {}, 10, 5, "last", "not queued"),
+    "smallest-first": Scenario("AsyncLimiter", (5, 0.25), {}, 30, 29, "last", "refused"),
+    "smallest-first-short": Scenario("AsyncLimiter", (5, 0.25), {}, 10, 5, "last", "refused"),
     "roomy": Scenario("AsyncLimiter", (100, 1), {}, 30, 29, "arrival", "granted"),
 }
 
@@ -138,20 +138,18 @@ def test_the_rate_is_measured_after_the_first_burst(lib, vrun, capsys, scenario)
 def test_the_impatient_request_is_reported_as_it_ended(lib, vrun, capsys, scenario):
     watch, lines = run_demo(lib, vrun, capsys, scenario)
     requests = scenario.before + 1 + scenario.after
-    if len(watch.calls) == requests:
-        seen = "not queued"
-        expected = (f"{scenario.kind} takes no timeout; has_capacity(1) was False, so the impatient request did not queue: "
-                    "it gave up after 0.000 ms")
-    else:
-        assert len(watch.calls) == requests + 1
-        _, _, asked = watch.calls[requests]
-        seen, ended = next(("refused" if how == "timeout" else how, when)
-                           for call, how, when in watch.ends if call == requests)
-        waited = f"{(ended - asked) * 1e3:.3f} ms"
-        expected = (f"acquire(1, timeout={demo.PATIENCE}): TimeoutError after {waited}" if seen == "refused"
-                    else f"the impatient request was granted after {waited}")
+    assert len(watch.calls) == requests + 1
+    _, _, asked = watch.calls[requests]
+    seen, ended = next(("refused" if how == "timeout" else how, when)
+                       for call, how, when in watch.ends if call == requests)
+    waited = f"{(ended - asked) * 1e3:.3f} ms"
+    expected = (f"acquire(1, timeout={demo.PATIENCE}): TimeoutError after {waited}" if seen == "refused"
+                else f"the impatient request was granted after {waited}")
     assert lines[-1] == expected
     assert seen == scenario.impatient
+    if seen == "refused":  # Limiter refuses at once (after the hesitation); AsyncLimiter waits its timeout out
+        patience = demo.PATIENCE if scenario.kind == "AsyncLimiter" else scenario.hesitate
+        assert ended - asked == pytest.approx(patience, abs=1e-6)
 
 
 def test_the_command_line_runs_either_limiter(monkeypatch, capsys):

@@ -115,7 +115,7 @@ class Schedule:
 
     async def on_arrive(self, choice: Any, how: str, timeout: float) -> None:
         if self.compat and how == "timeout":
-            how = "plain"  # AsyncLimiter.acquire takes no timeout
+            how = "plain"  # AsyncLimiter's timeout is waited out, not projected: the model's rule is Limiter's
         request = Request(len(self.requests), self.amount(choice), how, timeout, self.now())
         self.requests.append(request)
         request.task = asyncio.create_task(self.acquirer(request))

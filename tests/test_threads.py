@@ -167,8 +167,8 @@ def test_async_limiter_blocks_as_aiolimiter_acquires(lib):
     with limiter:
         pass
     assert limiter.stats().granted == 21
-    with pytest.raises(TypeError, match="timeout"):
-        limiter.acquire_blocking(1, timeout=1)  # type: ignore[arg-type]
+    limiter.acquire_blocking(1, timeout=1)  # its token comes 0.05 s on: granted, however late the thread wakes
+    assert limiter.stats().granted == 22 and limiter.waiting == 0
 
 
 def test_blocking_in_a_running_loop_is_refused(lib, run):

@@ -175,6 +175,7 @@ class Limiter(Generic[StoreT], Bucket):
     __slots__ = ("_rates", "_window", "_fair", "_owners", "__weakref__")
     _warn_on_reuse: ClassVar[bool] = False
     _capacity_is_max_rate: ClassVar[bool] = False  # set_rate's default burst: max_rate itself (aiolimiter)
+    _smallest_first: ClassVar[bool] = False  # waiters wake smallest first: a timeout is waited out, not projected
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         # the class for kwargs' store= (the type checkers read the store from __init__'s overloads)
@@ -437,7 +438,11 @@ class Limiter(Generic[StoreT], Bucket):
                                "use await limiter.acquire() in a coroutine")
         self.acquire(amount, timeout).close()  # checks the amount and the timeout; takes nothing
         if not self._here().try_acquire(amount):
-            self._owners.wait_blocking(float(amount), None if timeout is None else float(timeout))
+            limit = None if timeout is None else float(timeout)
+            if self._smallest_first:
+                self._owners.wait_blocking(float(amount), None, give_up_after=limit)
+            else:
+                self._owners.wait_blocking(float(amount), limit)
 
     def __enter__(self) -> None:
         """``with limiter:`` in a thread takes one token, blocking until it comes (see acquire_blocking);
@@ -533,29 +538,46 @@ class AsyncLimiter(Limiter[None]):
     __slots__ = ()
     _warn_on_reuse = True
     _capacity_is_max_rate = True
+    _smallest_first = True
 
     def __init__(self, max_rate: float, time_period: float = 60) -> None:
         self._setup([_params.rate("", max_rate, time_period, burst_below_one=True)], None, fair=False,
                     smallest_first=True)
 
-    def acquire(self, amount: float = 1, timeout: None = None) -> Coroutine[Any, Any, None]:  # type: ignore[override]
-        """Waits for ``amount`` tokens (aiolimiter's ``acquire``: no timeout; ``Limiter`` has one)."""
+    def acquire(self, amount: float = 1, timeout: float | None = None) -> Coroutine[Any, Any, None]:
+        """Waits for ``amount`` tokens (aiolimiter's ``acquire``). With ``timeout`` (aiotb's, not in
+        aiolimiter), TimeoutError once that many seconds pass without the grant, taking nothing:
+        smallest-first order cannot tell in advance when a request will come, so the wait runs out
+        its timeout where ``Limiter`` refuses at once."""
         try:
-            acquisition = super().acquire(amount, timeout)  # the amount, then the timeout, checked as Limiter does
+            acquisition = super().acquire(amount)  # the amount, checked as Limiter does; nothing taken yet
         except ValueError as error:
             _granted_nothing(amount, error)
-            acquisition = _nothing_to_take()
-        if timeout is None:
+            _params.timeout(timeout)
+            return _nothing_to_take()
+        try:
+            limit = _params.timeout(timeout)
+        except (TypeError, ValueError):
+            acquisition.close()
+            raise
+        if limit is None:
             return acquisition
         acquisition.close()
-        raise TypeError("AsyncLimiter.acquire() takes no timeout; use aiotb.Limiter for timeouts")
+        return self._acquire_within(float(amount), limit)
 
-    def acquire_blocking(self, amount: float = 1, timeout: None = None) -> None:  # type: ignore[override]
-        """Blocks the calling thread until ``amount`` tokens are granted (no timeout, as ``acquire``)."""
-        if timeout is not None:
-            self.acquire(amount, timeout)  # the amount checked, then TypeError for the timeout
+    async def _acquire_within(self, amount: float, limit: float) -> None:
+        """acquire(amount), given up once limit seconds pass (leaving the queue, or giving the grant back)."""
         try:
-            super().acquire_blocking(amount)
+            async with asyncio.timeout(limit):
+                await super().acquire(amount)
+        except TimeoutError:
+            raise TimeoutError(f"{amount!r} tokens were not granted within {limit!r} s") from None
+
+    def acquire_blocking(self, amount: float = 1, timeout: float | None = None) -> None:
+        """Blocks the calling thread until ``amount`` tokens are granted; with ``timeout``, TimeoutError
+        once that many seconds pass without the grant, taking nothing (as ``acquire``)."""
+        try:
+            super().acquire_blocking(amount, timeout)
         except ValueError as error:
             _granted_nothing(amount, error)
 

@@ -205,13 +205,15 @@ class Owners:
 
     # ---- blocked threads ----
 
-    def wait_blocking(self, amount: float, timeout: float | None) -> None:
+    def wait_blocking(self, amount: float, timeout: float | None, *, give_up_after: float | None = None) -> None:
         """Blocks this thread until amount tokens are granted to it; TimeoutError at once, taking
-        nothing, if they cannot come within timeout. Interrupted (KeyboardInterrupt), it leaves
-        the queue, or gives the tokens back if they came."""
+        nothing, if they cannot come within timeout, or once give_up_after seconds pass without them
+        (an order that cannot say in advance when they come). Interrupted (KeyboardInterrupt), it
+        leaves the queue, or gives the tokens back if they came."""
         bucket = self.bucket
         if timeout is not None and timeout >= MAX_SPAN / 1e9:
             timeout = None
+        give_up_at = None if give_up_after is None else time.monotonic() + give_up_after
         waiter = ThreadWaiter()
         ident = bucket._enqueue(amount, timeout, waiter, waiter)
         self.sleepers.add(waiter)
@@ -223,7 +225,13 @@ class Owners:
                     return
                 if isinstance(outcome, BaseException):
                     raise outcome
-                waiter.sleep(None if at is None else at - time.monotonic())
+                now = time.monotonic()
+                if give_up_at is not None and now >= give_up_at:
+                    raise TimeoutError(f"{amount!r} tokens were not granted within {give_up_after!r} s")
+                wait = None if at is None else at - now
+                if give_up_at is not None:
+                    wait = give_up_at - now if wait is None else min(wait, give_up_at - now)
+                waiter.sleep(wait)
         except BaseException:
             if waiter.settle(_ABANDONED) is _GRANTED:
                 bucket._refund(amount)  # granted, but never to be used

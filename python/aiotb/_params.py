@@ -38,6 +38,17 @@ def positive(name: str, value: object) -> float:
     return x
 
 
+def timeout(value: object) -> float | None:
+    """A timeout in seconds, None for none (also for one too long to matter), or TypeError/ValueError naming
+    it: the engine's rule, for the callers that check it before the engine sees it."""
+    if value is None:
+        return None
+    x = real("timeout", value)
+    if not x >= 0:
+        raise ValueError(f"timeout must be None or >= 0, got {value!r}")
+    return x if x < MAX_SPAN / 1e9 else None
+
+
 def flag(name: str, value: object) -> bool:
     """A bool, or TypeError naming the parameter."""
     if not isinstance(value, bool):
