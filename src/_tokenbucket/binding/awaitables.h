@@ -231,20 +231,11 @@ static void acquisition_finalize(PyObject *op)
     AcquisitionObject *self = (AcquisitionObject *)op;
     if (self->started || self->bucket == NULL)
         return;
-#if PY_VERSION_HEX >= 0x030C0000
     PyObject *raised = PyErr_GetRaisedException();
-#else
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-#endif
     if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%s.acquire' was never awaited",
                          Py_TYPE(self->bucket)->tp_name) < 0)
         PyErr_WriteUnraisable(op);
-#if PY_VERSION_HEX >= 0x030C0000
     PyErr_SetRaisedException(raised);
-#else
-    PyErr_Restore(type, value, traceback);
-#endif
 }
 
 static int acquisition_traverse(PyObject *op, visitproc visit, void *arg)

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "../queue.h"
+#include "compat.h"
 
 /* The clock's gates (clock.h): on 3.11-3.13 GIL builds, trust the thread's context version while it is unchanged
  * (a CPython-internal field; AIOTB_PUBLIC_CLOCK=1 builds without it); on 3.11, also asyncio's running-loop
@@ -43,31 +44,6 @@
  * token: under one, so no interval of length t sees a whole token over burst + rate*t, with a quarter
  * of a token left for the varying delay between a grant and its task's resume. */
 #define LATE_CREDIT_TOKENS 0.75
-
-/* PyWeakref_GetRef arrived in 3.13 (PyWeakref_GetObject, which returns a borrowed reference, is
- * deprecated there): the same contract from public calls on older versions, as pythoncapi-compat does. */
-#if PY_VERSION_HEX < 0x030D0000
-// *ref gets a new reference to the referent, or NULL if it is dead; 1, 0, or -1 with TypeError.
-static inline int PyWeakref_GetRef(PyObject *weakref, PyObject **ref)
-{
-    if (weakref == NULL || !PyWeakref_Check(weakref)) {
-        *ref = NULL;
-        PyErr_SetString(PyExc_TypeError, "expected a weakref");
-        return -1;
-    }
-    PyObject *object = PyWeakref_GetObject(weakref);  /* borrowed; public until 3.13 */
-    if (object == NULL) {
-        *ref = NULL;
-        return -1;
-    }
-    if (object == Py_None) {
-        *ref = NULL;
-        return 0;
-    }
-    *ref = Py_NewRef(object);
-    return 1;
-}
-#endif
 
 /* Proof that a loop's clock is CLOCK_MONOTONIC: valid while the loop is the running one and neither
  * its class (nor a base) nor its instance attributes changed since it was checked. */
