@@ -337,6 +337,24 @@ def test_bad_timeouts(lib, vrun, timeout, error):
     assert vrun(main()) == 10.0
 
 
+def test_areserve_is_reserve_over_every_store(lib, vrun):
+    async def main() -> list[object]:
+        loop = asyncio.get_running_loop()
+        limiter = lib.Limiter(10, 1, burst=1)
+        await limiter.acquire()
+        first, second = await limiter.areserve(), await limiter.areserve()
+        seen: list[object] = [type(first).__name__, round(first.ready_at, 9), round(second.ready_at, 9)]
+        seen.append(await first.acancel())  # the place given back: the second moves up
+        seen.append(await first.acancel())
+        await second
+        seen.append(round(loop.time(), 9))
+        with pytest.raises(TypeError, match="AsyncLimiter has no reservations"):
+            await lib.AsyncLimiter(10, 1).areserve()
+        return seen
+
+    assert vrun(main()) == ["Reservation", 0.1, 0.2, True, False, 0.1]
+
+
 def test_asynclimiter_waits_its_timeout_out_and_takes_nothing(lib, vrun):
     """Smallest first cannot project a grant: AsyncLimiter's timeout ends the wait when it runs out,
     leaving the queue with nothing taken, and a request granted in time is granted as without one."""

@@ -194,7 +194,7 @@ def test_what_a_leased_limiter_cannot_do_is_refused(redis_url: str) -> None:
     for call, match in [(lambda: limiter.set_rate(5), r"await limiter\.aset_rate"),  # type: ignore[misc]
                         (lambda: limiter.try_acquire(), r"await limiter\.atry_acquire"),  # type: ignore[misc]
                         (lambda: limiter.pause_until(1.0), "apause_until"),  # type: ignore[misc]
-                        (lambda: limiter.reserve(), "reservations")]:  # type: ignore[misc]
+                        (lambda: limiter.reserve(), "a reservation would outlive")]:  # type: ignore[misc]
         with pytest.raises(TypeError, match=match):
             call()
     with pytest.raises(TypeError, match="keeps the rates the key was made with"):

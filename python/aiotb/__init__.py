@@ -3,8 +3,9 @@
 from ._core import IMPLEMENTATION
 from ._keyed import KeyedLimiter
 from ._lease_limiter import RedisLeaseLimiter
-from ._limiter import AsyncLimiter, LimitDecorator, Limiter, LimiterStats, Reservation, Slot, WindowLimiter
+from ._limiter import AsyncLimiter, LimitDecorator, Limiter, LimiterStats, Slot, WindowLimiter
 from ._redis_limiter import RedisLimiter
+from ._reservation import BaseReservation, RedisReservation, Reservation
 from ._store import StoreCorrupt, StoreError, StoreUnavailable
 from ._store_redis import RedisStore
 from ._store_shm import SharedMemoryStore, _segment_type
@@ -16,7 +17,7 @@ except RuntimeError:  # no C engine, or no shared memory: Limiter(..., store=Sha
 else:
     from . import _shared  # noqa: F401  (the limiter over a SharedMemoryStore enters itself)
 
-__all__ = ["AsyncLimiter", "IMPLEMENTATION", "KeyedLimiter", "LimitDecorator", "Limiter", "LimiterStats",
-           "RedisLeaseLimiter", "RedisLimiter", "RedisStore", "Reservation", "SharedMemoryStore", "Slot", "StoreCorrupt", "StoreError",
+__all__ = ["AsyncLimiter", "BaseReservation", "IMPLEMENTATION", "KeyedLimiter", "LimitDecorator", "Limiter", "LimiterStats",
+           "RedisLeaseLimiter", "RedisLimiter", "RedisReservation", "RedisStore", "Reservation", "SharedMemoryStore", "Slot", "StoreCorrupt", "StoreError",
            "StoreUnavailable", "WindowLimiter"]
 __version__ = "0.1.0"

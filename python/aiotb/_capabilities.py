@@ -17,7 +17,7 @@ FEATURES = (
     "set_rate / aset_rate",
     "penalize, retry_after / apenalize, aretry_after",
     "pause_until / apause_until",
-    "reserve",
+    "reserve / areserve",
     "threads: acquire_blocking, with limiter",
     "several event loops",
     "WindowLimiter",
@@ -38,9 +38,9 @@ REFUSED: dict[tuple[str, Store], str] = {
     ("set_rate / aset_rate", "RedisStore(lease=)"):
         "a limiter over a leased RedisStore keeps the rates the key was made with (they are split among its "
         "holders)",
-    ("reserve", "RedisStore"): "a limiter over a RedisStore has no reservations; use acquire(amount, timeout=...)",
-    ("reserve", "RedisStore(lease=)"):
-        "a limiter over a RedisStore has no reservations; use acquire(amount, timeout=...)",
+    ("reserve / areserve", "RedisStore(lease=)"):
+        "a limiter over a leased RedisStore grants from the units this process holds for a while, which a "
+        "reservation would outlive; use acquire(amount, timeout=...)",
     ("WindowLimiter", "SharedMemoryStore"):
         "WindowLimiter takes no SharedMemoryStore: a sliding window must know the instant of every grant in it, "
         "which no compare-and-swap of one word keeps; Limiter(max_rate, time_period, burst=...) over the store "

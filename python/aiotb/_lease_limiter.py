@@ -38,6 +38,7 @@ from ._core import Bucket
 from ._limiter import Limiter, serve
 from ._store import StoreCorrupt, StoreError
 from ._remote import OnItsLoop, on_its_loop
+from ._reservation import BaseReservation
 from ._store_redis import MAX_PAUSE_NS, Lease, RedisStore, lease_definition
 
 RENEW_EVERY = 1 / 3  # of a span: how often a holder renews its lease
@@ -183,6 +184,14 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
                         burst: float | None = None, index: int = 0) -> None:
         """Not here: the rates are the key's, split among its holders."""
         raise refused("set_rate / aset_rate", "RedisStore(lease=)")
+
+    def reserve(self, amount: float = 1) -> Any:
+        """Not over a leased RedisStore (see the README's table of stores)."""
+        raise refused("reserve / areserve", "RedisStore(lease=)")
+
+    async def areserve(self, amount: float = 1) -> BaseReservation:
+        """Not over a leased RedisStore (see the README's table of stores)."""
+        raise refused("reserve / areserve", "RedisStore(lease=)")
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "

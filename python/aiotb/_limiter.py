@@ -12,14 +12,15 @@ import functools
 import inspect
 import time
 from asyncio import events
-from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Coroutine, Generator, Generic, NamedTuple,
+from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Coroutine, Generic, NamedTuple,
                     ParamSpec, Protocol, Self, Sequence, TypeAlias, TypeVar, cast, overload)
 
 from . import _params
 from ._core import Bucket
 from ._capabilities import refused
-from ._dispatch import PRECISE_REFILL, Dispatcher
+from ._dispatch import PRECISE_REFILL
 from ._owners import Owners
+from ._reservation import BaseReservation, Reservation
 from ._store_redis import RedisStore, redacted
 from ._store_shm import SharedMemoryStore, _segment_type
 
@@ -101,66 +102,6 @@ class Slot:
 
     def __repr__(self) -> str:
         return f"<Slot of {self._amount!r} on {self._limiter!r}>"
-
-
-class Reservation:
-    """A place in a limiter's queue, taken by ``limiter.reserve(amount)``."""
-
-    __slots__ = ("_limiter", "_ident", "_amount", "_granted", "_dispatcher", "_used", "ready_at")
-
-    def __init__(self, limiter: Limiter[Any], ident: int, amount: float, granted: asyncio.Future[None],
-                 ready_at: float, dispatcher: Dispatcher) -> None:
-        self._limiter = limiter
-        self._ident = ident
-        self._amount = amount
-        self._granted = granted
-        self._dispatcher = dispatcher
-        self._used = False
-        self.ready_at: float = ready_at  #: loop time of the grant, as projected when reserved
-
-    @property
-    def delay(self) -> float:
-        """Seconds from now until the projected grant (0 once it is due)."""
-        return max(0.0, self.ready_at - self._dispatcher.loop.time())
-
-    def done(self) -> bool:
-        """Whether it has been granted (or failed, or cancelled)."""
-        return self._granted.done()
-
-    def cancel(self) -> bool:
-        """Gives the place back, or the tokens if it was granted and not yet awaited; the
-        waiters behind it are re-timed at once. False if it was already used or cancelled."""
-        if self._used:
-            return False
-        self._used = True
-        granted = self._granted
-        if granted.done() and not granted.cancelled() and granted.exception() is None:
-            self._limiter._refund(self._amount)
-        elif not self._limiter._withdraw(self._ident):  # granted by another loop's pass, on its way here:
-            granted.cancel()  # its delivery gives the tokens back
-            return True
-        granted.cancel()
-        self._dispatcher.owners.retime(self._dispatcher)
-        if not self._dispatcher.loop.is_closed():
-            self._dispatcher.guarded()
-        return True
-
-    def __await__(self) -> Generator[Any, None, None]:
-        return self._wait().__await__()
-
-    async def _wait(self) -> None:
-        if self._used:
-            raise RuntimeError("this reservation was already awaited or cancelled")
-        try:
-            await asyncio.shield(self._granted)
-        except asyncio.CancelledError:
-            self.cancel()
-            raise
-        self._used = True
-
-    def __repr__(self) -> str:
-        state = "granted" if self._granted.done() else f"ready in {self.delay:.6g} s"
-        return f"<Reservation of {self._amount!r} at {self.ready_at!r}: {state}>"
 
 
 class Limiter(Generic[StoreT], Bucket):
@@ -414,6 +355,11 @@ class Limiter(Generic[StoreT], Bucket):
     async def apause_until(self, when: float) -> None:
         """``pause_until`` over any store: over a RedisStore, what is left of it from now, by the server's clock."""
         self._here().pause_until(when)
+
+    async def areserve(self, amount: float = 1) -> BaseReservation:
+        """``reserve`` over any store: over a RedisStore, a place in the order of every client of its key (one
+        round trip; ``RedisReservation``)."""
+        return self._here().reserve(amount)
 
     async def aretry_after(self, value: str | bytes | float) -> float:
         """``retry_after`` over any store; returns the seconds paused."""

@@ -41,6 +41,7 @@ from ._capabilities import OTHER_LOOP
 from ._core import Bucket
 from ._limiter import Limiter, Slot, WindowLimiter, serve
 from ._remote import OnItsLoop, on_its_loop
+from ._reservation import RedisReservation
 from ._store import StoreCorrupt, StoreError
 from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisStore, Reserved, definition, window_definition
 
@@ -156,6 +157,25 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
             return False  # not now, or only once held grants end
         self._count_grant(x, None, reserved)
         return True
+
+    @on_its_loop
+    async def areserve(self, amount: float = 1) -> RedisReservation:
+        """Takes a place in the order of every client of the key now (one round trip) and says when it
+        will be granted (``RedisReservation``). When Redis cannot answer, StoreUnavailable, whatever the
+        store's ``on_error``: a reservation promises an instant only Redis can keep."""
+        x = self._checked_amount(amount)
+        loop = self._check_loop()
+        while True:
+            reserved = await self._store.reserve(self._definition, x, -1)  # whenever it comes
+            if isinstance(reserved, Reserved):
+                return RedisReservation(self, reserved, x, loop, loop.time())
+            if reserved is not None:  # a window's held grants must end first: ask again then
+                await asyncio.sleep(reserved / 1e9)
+
+    @on_its_loop
+    async def _cancel_reservation(self, record: bytes) -> None:
+        """Gives a reservation back, by the script's rule (one round trip)."""
+        await self._store.cancel(self._definition, record)
 
     @on_its_loop
     async def ahas_capacity(self, amount: float = 1) -> bool:

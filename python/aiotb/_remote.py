@@ -10,7 +10,6 @@ import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Protocol, TypeVar, cast
 
 from . import _params
-from ._capabilities import refusal, refused
 
 
 class Serving(Protocol):
@@ -116,8 +115,8 @@ class OnItsLoop:
         async def __aexit__(self, *exc_info: object) -> None: ...
 
     def reserve(self, amount: float = 1) -> Any:
-        """Not over a RedisStore: ``acquire`` with a ``timeout`` bounds a wait."""
-        raise refused("reserve", "RedisStore")
+        """Not here: a place in Redis takes a round trip; ``await limiter.areserve(amount)``."""
+        raise TypeError(_AWAIT.format(call="reserve", twin="areserve(amount)"))
 
 
 _own_lock = threading.Lock()
