@@ -19,18 +19,37 @@ class Serving(Protocol):
 
 
 F = TypeVar("F", bound=Callable[..., Coroutine[Any, Any, Any]])
+STOPPED_CHECK = 0.25  # s: how often a call waiting on the loop a limiter serves checks that the loop still runs
+STOPPED = ("the event loop this limiter over a RedisStore serves stopped before this call, which waited there, "
+           "was done; it was cancelled there")
 
 
 def on_its_loop(method: F) -> F:
     """method (a coroutine function of a Serving limiter), run on the event loop the limiter serves when called
     from another loop while that one runs: the caller awaits it on its own loop, and cancelling the caller
-    cancels it there."""
+    cancels it there. RuntimeError (and the call cancelled there) if that loop stops before it is done."""
     @functools.wraps(method)
     async def forwarded(self: Serving, /, *args: Any, **kwargs: Any) -> Any:
         serving = self._loop
         if serving is None or not serving.is_running() or serving is asyncio.get_running_loop():
             return await method(self, *args, **kwargs)
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(method(self, *args, **kwargs), serving))
+        there = asyncio.run_coroutine_threadsafe(method(self, *args, **kwargs), serving)
+        waiting = asyncio.wrap_future(there)
+        stopped = False  # seen stopped at the last check: twice in a row is no gap between two runs
+        try:
+            while True:
+                done, _ = await asyncio.wait({waiting}, timeout=STOPPED_CHECK)
+                if done:
+                    return waiting.result()
+                if serving.is_running():
+                    stopped = False
+                elif stopped:
+                    raise RuntimeError(STOPPED)
+                else:
+                    stopped = True
+        except BaseException:
+            there.cancel()
+            raise
 
     return cast(F, forwarded)
 
@@ -85,20 +104,34 @@ class OnItsLoop:
         self._block_on(self.__aenter__, "`with limiter:`")
 
     def __exit__(self, *exc_info: object) -> None:
-        self._block_on(lambda: self.__aexit__(*exc_info), "`with limiter:`")
+        if getattr(self, "_window", False):  # only a window's grant is held until the block exits
+            self._block_on(lambda: self.__aexit__(*exc_info), "`with limiter:`")
 
     def _block_on(self, call: Callable[[], Awaitable[None]], what: str) -> None:
         """Runs call() (made here: a bad argument raises in this thread) on the event loop the limiter serves,
         while it runs, else on aiotb's own loop, and waits for it. Interrupted, it cancels the wait, which
-        gives back what it was granted as a cancelled task does."""
+        gives back what it was granted as a cancelled task does; RuntimeError (the call cancelled there) if
+        that loop stops before the call is done."""
         if asyncio.events._get_running_loop() is not None:
             raise RuntimeError(f"{what} would block the running event loop; use await limiter.acquire() or "
                                "`async with limiter:` in a coroutine")
         serving = self._loop
         loop = serving if serving is not None and serving.is_running() else blocking_loop()
         future = asyncio.run_coroutine_threadsafe(_awaited(call()), loop)
+        stopped = False  # as on_its_loop's
         try:
-            future.result()
+            while True:
+                try:
+                    return future.result(STOPPED_CHECK)
+                except TimeoutError:
+                    if future.done():  # the call's own TimeoutError
+                        raise
+                if loop.is_running():
+                    stopped = False
+                elif stopped:
+                    raise RuntimeError(STOPPED)
+                else:
+                    stopped = True
         except BaseException:
             future.cancel()
             raise
