@@ -144,9 +144,10 @@ class RedisReservation(BaseReservation):
         if self._used:
             raise RuntimeError("this reservation was already awaited or cancelled")
         self._used = True
-        waited = self.delay
+        loop, waited = self._loop, self.delay
         try:
-            await asyncio.sleep(waited)
+            while (left := self.ready_at - loop.time()) > 0:  # a loop's timer may fire within its resolution early
+                await asyncio.sleep(left)
         except asyncio.CancelledError:
             self._used = False
             _giving_back.add(task := asyncio.ensure_future(self.acancel()))
