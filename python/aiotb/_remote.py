@@ -35,23 +35,28 @@ def on_its_loop(method: F) -> F:
             return await method(self, *args, **kwargs)
         there = asyncio.run_coroutine_threadsafe(method(self, *args, **kwargs), serving)
         waiting = asyncio.wrap_future(there)
-        stopped = False  # seen stopped at the last check: twice in a row is no gap between two runs
+        stopped = False  # seen stopped at the last check
         try:
             while True:
                 done, _ = await asyncio.wait({waiting}, timeout=STOPPED_CHECK)
                 if done:
                     return waiting.result()
-                if serving.is_running():
-                    stopped = False
-                elif stopped:
-                    raise RuntimeError(STOPPED)
-                else:
-                    stopped = True
+                stopped = _seen_stopped(serving, stopped)
         except BaseException:
             there.cancel()
             raise
 
     return cast(F, forwarded)
+
+
+def _seen_stopped(loop: asyncio.AbstractEventLoop, before: bool) -> bool:
+    """A check of the loop a call waits on: whether it is stopped now. RuntimeError if it was at the check before
+    too (a gap between two runs of a loop is shorter than STOPPED_CHECK)."""
+    if loop.is_running():
+        return False
+    if before:
+        raise RuntimeError(STOPPED)
+    return True
 
 
 _AWAIT = "{call}() over a RedisStore needs a round trip to Redis: await limiter.{twin}"
@@ -126,12 +131,7 @@ class OnItsLoop:
                 except TimeoutError:
                     if future.done():  # the call's own TimeoutError
                         raise
-                if loop.is_running():
-                    stopped = False
-                elif stopped:
-                    raise RuntimeError(STOPPED)
-                else:
-                    stopped = True
+                stopped = _seen_stopped(loop, stopped)
         except BaseException:
             future.cancel()
             raise
