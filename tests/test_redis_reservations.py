@@ -119,3 +119,21 @@ def test_a_leased_store_refuses_reservations_with_its_reason(run: Run[None], red
             await limiter.areserve(1)
 
     run(closing(check(), limiter))
+
+
+def test_a_reservation_given_back_while_awaited_wakes_its_awaiter(run: Run[None], redis_url: str) -> None:
+    a, b = limiter_on(redis_url, 1, 3600, burst=2), limiter_on(redis_url, 1, 3600, burst=2)
+
+    async def check() -> None:
+        await a.acquire(2)
+        reservation = await a.areserve(1)
+        waiting = asyncio.ensure_future(_awaited(reservation))
+        await asyncio.sleep(0.01)
+        assert not reservation.done() and not waiting.done()  # awaited, not granted: due in an hour
+        assert await reservation.acancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(waiting, 5)  # at once, not in an hour
+        assert reservation.done() and await next_token_in(b) == pytest.approx(3600, abs=1)
+        assert a.stats().granted == 1
+
+    run(closing(check(), a, b))

@@ -169,8 +169,9 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
             reserved = await self._store.reserve(self._definition, x, -1)  # whenever it comes
             if isinstance(reserved, Reserved):
                 return RedisReservation(self, reserved, x, loop, loop.time())
-            if reserved is not None:  # a window's held grants must end first: ask again then
-                await asyncio.sleep(reserved / 1e9)
+            if reserved is None:  # "not within the wait": no answer of aiotb's script to a wait of whenever
+                raise StoreCorrupt(f"Redis answered a reservation of whenever with 'too late' ({self._store!r})")
+            await asyncio.sleep(reserved / 1e9)  # a window's held grants must end first: ask again then
 
     @on_its_loop
     async def _cancel_reservation(self, record: bytes) -> None:

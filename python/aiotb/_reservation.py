@@ -112,7 +112,7 @@ class RedisReservation(BaseReservation):
     in one round trip, to each rate nobody reserved from since. Cancelled while awaited before its instant,
     it is given back the same way."""
 
-    __slots__ = ("_limiter", "_reserved", "_amount", "_loop", "_used", "ready_at")
+    __slots__ = ("_limiter", "_reserved", "_amount", "_loop", "_used", "_wake", "ready_at")
 
     def __init__(self, limiter: Any, reserved: Reserved, amount: float, loop: asyncio.AbstractEventLoop,
                  received: float) -> None:
@@ -120,7 +120,8 @@ class RedisReservation(BaseReservation):
         self._reserved = reserved
         self._amount = amount
         self._loop = loop
-        self._used = False
+        self._used = False  # granted to its awaiter, or given back
+        self._wake: asyncio.Future[None] | None = None  # while a task awaits it: done by a give-back
         self.ready_at: float = received + reserved.delay / 1e9  #: loop time of the grant (never before the server's)
 
     @property
@@ -133,26 +134,34 @@ class RedisReservation(BaseReservation):
         return self._used
 
     async def acancel(self) -> bool:
-        """Gives it back (one round trip); False if it was already used or given back."""
+        """Gives it back (one round trip); False if it was already used or given back. A task awaiting it
+        gets CancelledError at once."""
         if self._used:
             return False
         self._used = True
+        wake = self._wake
+        if wake is not None:
+            wake.get_loop().call_soon_threadsafe(_resolve, wake)
         await self._limiter._cancel_reservation(self._reserved.record)
         return True
 
     async def _wait(self) -> None:
-        if self._used:
+        if self._used or self._wake is not None:
             raise RuntimeError("this reservation was already awaited or cancelled")
-        self._used = True
+        self._wake = wake = asyncio.get_running_loop().create_future()
         loop, waited = self._loop, self.delay
         try:
-            while (left := self.ready_at - loop.time()) > 0:  # a loop's timer may fire within its resolution early
-                await asyncio.sleep(left)
+            while (left := self.ready_at - loop.time()) > 0 and not self._used:  # a loop's timer may fire up to
+                await asyncio.wait({wake}, timeout=left)                         # its resolution early
         except asyncio.CancelledError:
-            self._used = False
             _giving_back.add(task := asyncio.ensure_future(self.acancel()))
             task.add_done_callback(_given_back)
             raise
+        finally:
+            self._wake = None
+        if self._used:  # given back by acancel() while awaited
+            raise asyncio.CancelledError()
+        self._used = True
         self._limiter._count_grant(self._amount, waited, self._reserved)
 
     def __repr__(self) -> str:
@@ -161,6 +170,11 @@ class RedisReservation(BaseReservation):
 
 
 _giving_back: set[asyncio.Future[bool]] = set()  # reservations given back by a cancelled waiter: kept till done
+
+
+def _resolve(wake: asyncio.Future[None]) -> None:
+    if not wake.done():
+        wake.set_result(None)
 
 
 def _given_back(task: asyncio.Future[bool]) -> None:
