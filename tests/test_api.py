@@ -6,6 +6,7 @@ import asyncio
 import gc
 import math
 import os
+import sys
 import time
 from fractions import Fraction
 
@@ -245,6 +246,31 @@ def test_garbage_collected_with_waiters_pending(lib, vrun):
 
     vrun(main())
     gc.collect()
+
+
+
+def test_a_waiter_collected_in_one_cycle_with_its_limiter_says_nothing(lib, run):
+    """A suspended acquire and its limiter, garbage in one cycle: the collector clears the limiter's weak
+    references before it closes the coroutine, whose clean-up then finds the limiter gone. Nothing to give
+    back (the queue goes with the limiter), and nothing to report either."""
+    reported: list[object] = []
+
+    async def main() -> None:
+        limiter = lib.Limiter(1, 3600, burst=1)
+        await limiter.acquire()
+        waiting = limiter.acquire()
+        waiting.send(None)  # run by hand up to its wait (this task never awaits it)
+        cycle: list[object] = [limiter, waiting]
+        cycle.append(cycle)
+        del limiter, waiting, cycle
+        hook, sys.unraisablehook = sys.unraisablehook, reported.append
+        try:
+            gc.collect()
+        finally:
+            sys.unraisablehook = hook
+
+    run(main())
+    assert [getattr(r, "exc_value", r) for r in reported] == []
 
 
 # ---- bad input: exact exception, the parameter named, nothing changed ----

@@ -89,16 +89,24 @@ class Dispatcher:
             await granted
             self.resumed()
         except BaseException:  # cancelled, interrupted, failed by a change of the limits, or destroyed
-            if granted.done() and not granted.cancelled() and granted.exception() is None:
-                self.resumed()
-                bucket._refund(amount)  # granted, but its task will never use it
-                owners.retime(self)
-            elif bucket._withdraw(ident):
-                owners.retime(self)
-            # else granted by another owner's pass and posted here: the pass below gives the tokens back
-            if not loop.is_closed():
-                self.guarded()  # the next waiter may go now, or later than the timer says
+            # destroyed with the limiter, in one garbage cycle: the collector cleared the owners' weak
+            # reference first, and the queue goes with the limiter (ReferenceError: nothing to give back)
+            with contextlib.suppress(ReferenceError):
+                self._leave(bucket, amount, ident, granted)
             raise
+
+    def _leave(self, bucket: Bucket, amount: float, ident: int, granted: asyncio.Future[None]) -> None:
+        """A waiter's task leaves wait before using its grant: its tokens go back, or its place in the queue."""
+        owners = self.owners
+        if granted.done() and not granted.cancelled() and granted.exception() is None:
+            self.resumed()
+            bucket._refund(amount)  # granted, but its task will never use it
+            owners.retime(self)
+        elif bucket._withdraw(ident):
+            owners.retime(self)
+        # else granted by another owner's pass and posted here: the pass below gives the tokens back
+        if not self.loop.is_closed():
+            self.guarded()  # the next waiter may go now, or later than the timer says
 
     def dispatch(self, woke_for: float | None = None, reached: bool = False) -> asyncio.Future[None] | None:
         """Resolves the grants posted here, grants every waiter whose turn has come, then keeps the
