@@ -9,6 +9,7 @@ from ._reservation import BaseReservation, RedisReservation, Reservation
 from ._store import StoreCorrupt, StoreError, StoreUnavailable
 from ._store_redis import RedisStore
 from ._store_shm import SharedMemoryStore, _segment_type
+from . import _redis_window  # noqa: F401  (the limiter over a RedisStore's window enters itself)
 
 try:
     _segment_type()

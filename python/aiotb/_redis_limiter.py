@@ -39,11 +39,12 @@ from typing import Any, Coroutine, Sequence, cast
 from . import _params
 from ._capabilities import OTHER_LOOP
 from ._core import Bucket
-from ._limiter import Limiter, Slot, WindowLimiter, serve
+from ._limiter import Limiter, serve
 from ._remote import OnItsLoop, on_its_loop
+from ._redis_slot import RedisSlot
 from ._reservation import RedisReservation
 from ._store import StoreCorrupt, StoreError
-from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisStore, Reserved, definition, window_definition
+from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisStore, Reserved, definition
 
 STALE_AFTER = 0.005  # s: a reservation reached later than this (and than a token's time) is stale
 RUN_MOST = 64  # the most grants one round trip makes: the head's and those due with it
@@ -96,7 +97,7 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
             raise TypeError(f"store must be a RedisStore, got {store!r}")
         checked = _params.limiter_rates(max_rate, time_period, burst, initial, rates)
         for r in checked:
-            _check_refill(r.burst, r.ns_per_token)
+            check_refill(r.burst, r.ns_per_token)
         self._setup(checked, None, _params.flag("fair", fair), smallest_first=False)
         self._over(store, definition([r.engine() for r in checked]))
 
@@ -209,11 +210,11 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
         was created with."""
         i, spec, window_ns = self._changed_rate(max_rate, time_period, burst, index)
         if window_ns is not None:
-            _check_refill(1, window_ns)
+            check_refill(1, window_ns)
             await self._store.set_window(self._definition, window_ns, spec.max_rate)
             Bucket._set_window(self, window_ns, spec.max_rate)  # amounts are checked against it
         else:
-            _check_refill(spec.burst, spec.ns_per_token)
+            check_refill(spec.burst, spec.ns_per_token)
             await self._store.set_rate(self._definition, i, spec.ns_per_token, spec.burst)
             Bucket._set_rate(self, i, spec.ns_per_token, spec.burst)  # amounts are checked against it
         self._rates = [*self._rates[:i], spec, *self._rates[i + 1:]]
@@ -601,66 +602,7 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
 serve("redis", RedisLimiter)
 
 
-class RedisWindowLimiter(RedisLimiter, WindowLimiter[RedisStore]):
-    """``WindowLimiter(..., store=RedisStore(redis, key))``: at most ``max_rate`` tokens in any
-    window of ``time_period`` seconds, over every client of the key, exact on the server's instants.
-    A grant taken by ``async with``, ``slot`` or a decorator is held until its block exits (see
-    ``WindowLimiter``); a bare ``acquire`` counts from its grant."""
-
-    __slots__ = ()
-
-    def __init__(self, max_rate: float, time_period: float = 60, *, fair: bool = True,
-                 store: RedisStore | None = None) -> None:
-        if not isinstance(store, RedisStore):
-            raise TypeError(f"store must be a RedisStore, got {store!r}")
-        spec, period_ns = _params.window(max_rate, time_period)
-        _check_refill(1, period_ns)
-        self._setup([spec], period_ns, _params.flag("fair", fair), smallest_first=False)
-        self._over(store, window_definition(period_ns, spec.max_rate))
-
-
-serve("redis window", RedisWindowLimiter)
-
-
-class RedisSlot(Slot):
-    """``async with limiter.slot(amount):`` over a RedisStore: a window's grant is held in Redis
-    until the block exits or ``release()``."""
-
-    __slots__ = ("_redis_limiter", "_record", "_ending")
-
-    def __init__(self, limiter: RedisLimiter, amount: float) -> None:
-        super().__init__(limiter, amount)
-        self._redis_limiter = limiter
-        self._record: bytes | None = None
-        self._ending: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> None:
-        self._record = await self._redis_limiter._acquire(self._amount, None, hold=self._limiter._window)
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        record, self._record = self._record, None
-        if record is not None:
-            await self._redis_limiter._end_hold_of(record)
-        elif self._ending is not None:
-            await self._ending
-
-    @property
-    def held(self) -> bool:
-        """Whether the slot holds a window's grant now: entered, and neither exited nor released."""
-        return self._record is not None
-
-    def release(self) -> None:
-        """Ends the hold now, before the block exits (its round trip to Redis runs on the loop; the
-        block's exit waits for it); once only."""
-        record, self._record = self._record, None
-        if record is not None:
-            self._ending = asyncio.get_running_loop().create_task(self._redis_limiter._end_hold_of(record))
-
-    def __repr__(self) -> str:
-        return f"<RedisSlot of {self._amount!r} on {self._limiter!r}>"
-
-
-def _check_refill(burst: float, ns_per_token: float) -> None:
+def check_refill(burst: float, ns_per_token: float) -> None:
     """ValueError for a rate whose full refill Redis's script cannot keep exact."""
     if burst * ns_per_token > MAX_REFILL_NS:
         raise ValueError(f"a rate over a RedisStore refills its burst within {MAX_REFILL_NS / 86400e9:.0f} days, "

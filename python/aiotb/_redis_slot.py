@@ -1,0 +1,50 @@
+"""``async with limiter.slot(amount):`` over a ``RedisStore``: a window's grant, held in Redis while
+the block runs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from ._limiter import Slot
+
+if TYPE_CHECKING:
+    from ._redis_limiter import RedisLimiter
+
+
+class RedisSlot(Slot):
+    """``async with limiter.slot(amount):`` over a RedisStore: a window's grant is held in Redis
+    until the block exits or ``release()``."""
+
+    __slots__ = ("_redis_limiter", "_record", "_ending")
+
+    def __init__(self, limiter: RedisLimiter, amount: float) -> None:
+        super().__init__(limiter, amount)
+        self._redis_limiter = limiter
+        self._record: bytes | None = None
+        self._ending: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> None:
+        self._record = await self._redis_limiter._acquire(self._amount, None, hold=self._limiter._window)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        record, self._record = self._record, None
+        if record is not None:
+            await self._redis_limiter._end_hold_of(record)
+        elif self._ending is not None:
+            await self._ending
+
+    @property
+    def held(self) -> bool:
+        """Whether the slot holds a window's grant now: entered, and neither exited nor released."""
+        return self._record is not None
+
+    def release(self) -> None:
+        """Ends the hold now, before the block exits (its round trip to Redis runs on the loop; the
+        block's exit waits for it); once only."""
+        record, self._record = self._record, None
+        if record is not None:
+            self._ending = asyncio.get_running_loop().create_task(self._redis_limiter._end_hold_of(record))
+
+    def __repr__(self) -> str:
+        return f"<RedisSlot of {self._amount!r} on {self._limiter!r}>"
