@@ -19,7 +19,12 @@ the loop within tens of microseconds of it. Only for limits that a late wake-up 
 tokens (``Owners.precise``): a bucket that fills from empty within ``PRECISE_REFILL``, or a window.
 A bigger bucket keeps what a millisecond's lateness accrues, and one wake-up of the loop's timer
 grants it all at once, for far less CPU than a wake-up per grant. A virtual or patched clock, a loop without
-``add_reader``, a missing timerfd or ``AIOTB_PRECISE_TIMER=0``: the loop's timer serves."""
+``add_reader``, a missing timerfd or ``AIOTB_PRECISE_TIMER=0``: the loop's timer serves.
+
+Grants are reckoned where they are used: tasks that resume more than ``STALLED_AFTER`` after this loop last
+ran a pass or a resume of the limiter's (a stall), and grants another thread posted as long ago, are used
+later than they were granted, while the rates refilled; the engine then spends that refill, at most their
+amount (``_reckon_late``), so that no task resumes beside them with it."""
 
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ import contextlib
 import threading
 import time
 from asyncio import events
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from ._clock import is_monotonic_loop
 from ._core import PRECISE_TIMER
@@ -43,13 +48,14 @@ CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution  # asyncio's _clo
 REARM_AFTER_EARLY_WAKE = 0.001  # s: uvloop rounds timer delays to whole ms, so a shorter one can fire at once
 PRECISE_WITHIN = 0.02  # s: a wait shorter than this is timed by the precise timer, where there is one...
 PRECISE_REFILL = 0.02  # s: ...if its bucket fills from empty faster than this (a late wake-up would cost it tokens)
+STALLED_AFTER = 0.001  # s: a loop that ran none of its granted tasks for longer stalled, and they are used late
 
 
 class Dispatcher:
     """The waiters of one limiter on ``loop``, and the timer that wakes the first of them."""
 
-    __slots__ = ("owners", "loop", "_timer", "_timer_at", "_wake_pending", "_posted", "_posted_lock", "_precise",
-                 "_precise_tried", "_unresumed")
+    __slots__ = ("owners", "loop", "_timer", "_timer_at", "_wake_pending", "_posted", "_posted_lock", "_posted_at",
+                 "_precise", "_precise_tried", "_unresumed", "_unresumed_tokens", "_granted_at", "_last_seen", "_clock")
 
     def __init__(self, owners: Owners, loop: asyncio.AbstractEventLoop) -> None:
         self.owners: Owners = owners
@@ -59,9 +65,14 @@ class Dispatcher:
         self._wake_pending = False  # a re-dispatch is scheduled on the loop from another thread
         self._posted: list[tuple[asyncio.Future[None], float]] = []  # grants made elsewhere, to resolve here
         self._posted_lock = threading.Lock()
+        self._posted_at = 0.0  # when the oldest of them was posted (CLOCK_MONOTONIC)
         self._precise: PreciseTimer | None = None  # opened at the first short wait, if this loop can watch it
         self._precise_tried = False
         self._unresumed = 0  # grants resolved here whose tasks have not resumed: their wake-ups are queued
+        self._unresumed_tokens = 0.0  # their tokens (more, not less: a reservation's are counted till all resume)
+        self._granted_at = 0.0  # when the oldest of them was granted, on _clock
+        self._last_seen = 0.0  # when this loop last ran a pass that resolved grants, or resumed one of them
+        self._clock: Callable[[], float] = time.monotonic if is_monotonic_loop(loop) else loop.time
 
     async def wait(self, bucket: Bucket, amount: float, timeout: float | None) -> None:
         """Queues a request for amount tokens of bucket (the limiter: its caller holds it, where the
@@ -87,7 +98,7 @@ class Dispatcher:
                 # tasks, woken first, resume first, as their grants came first
                 await asyncio.sleep(0)
             await granted
-            self.resumed()
+            self._resumed_at_use(amount)
         except BaseException:  # cancelled, interrupted, failed by a change of the limits, or destroyed
             # destroyed with the limiter, in one garbage cycle: the collector cleared the owners' weak
             # reference first, and the queue goes with the limiter (ReferenceError: nothing to give back)
@@ -118,7 +129,7 @@ class Dispatcher:
         owners, first = self.owners, None
         bucket = owners.bucket
         while True:
-            first_posted, given_back = self._resolve(self.take_posted()) if self._posted else (None, False)
+            first_posted, given_back = self._resolve_posted() if self._posted else (None, False)
             granted, amounts, at = bucket._grant_due(due, self)
             here: list[tuple[asyncio.Future[None], float]] = []
             elsewhere: list[tuple[Any, float]] = []  # another loop's, or a blocked thread's
@@ -147,6 +158,8 @@ class Dispatcher:
         (the grants stay posted until ``take_posted``)."""
         loop = self.loop
         with self._posted_lock:
+            if not self._posted:
+                self._posted_at = time.monotonic()
             self._posted.extend(batch)
             at = self._timer_at
             if at is not None and at <= time.monotonic() and not loop.is_closed():
@@ -159,10 +172,22 @@ class Dispatcher:
             posted, self._posted = self._posted, []
         return posted
 
-    def _resolve(self, grants: list[tuple[asyncio.Future[None], float]]) -> tuple[asyncio.Future[None] | None, bool]:
-        """On this loop: resolves grants of its waiters, in order; a waiter cancelled meanwhile (by
-        code an earlier grant ran, or before a grant posted here arrived) gives its tokens back.
-        Returns the first it resolved, and whether tokens came back."""
+    def _resolve_posted(self) -> tuple[asyncio.Future[None] | None, bool]:
+        """_resolve of the grants posted here, granted when they were posted. Posted more than STALLED_AFTER
+        ago (this loop stalled, or was slow to get the interpreter), they are used later than their grants:
+        the refill they waited through is spent (see _resumed_at_use)."""
+        posted_at = self._posted_at  # read before the grants: a post after them is newer
+        posted = self.take_posted()
+        late = time.monotonic() - posted_at if posted else 0.0
+        if late > STALLED_AFTER:
+            self.owners.bucket._reckon_late(sum(amount for waiter, amount in posted if not waiter.done()), late)
+        return self._resolve(posted, late)
+
+    def _resolve(self, grants: list[tuple[asyncio.Future[None], float]],
+                 late: float = 0.0) -> tuple[asyncio.Future[None] | None, bool]:
+        """On this loop: resolves grants of its waiters, in order, made late seconds ago; a waiter
+        cancelled meanwhile (by code an earlier grant ran, or before a grant posted here arrived)
+        gives its tokens back. Returns the first it resolved, and whether tokens came back."""
         bucket, first, given_back = self.owners.bucket, None, False
         for waiter, amount in grants:
             if waiter.done():
@@ -171,10 +196,15 @@ class Dispatcher:
             else:
                 if not self._unresumed:
                     bucket._resuming(1)
+                    self._unresumed_tokens = 0.0
+                    self._granted_at = self._clock() - late
                 self._unresumed += 1
+                self._unresumed_tokens += amount
                 waiter.set_result(None)
                 if first is None:
                     first = waiter
+        if first is not None:
+            self._last_seen = self._clock()  # their tasks may resume from now on
         return first, given_back
 
     def not_resuming(self, granted: asyncio.Future[None]) -> None:
@@ -182,6 +212,19 @@ class Dispatcher:
         if not granted.cancelled() and granted.exception() is None and not self.loop.is_closed():
             with contextlib.suppress(ReferenceError):  # the limiter is gone, and its count with it
                 self.resumed()
+
+    def _resumed_at_use(self, amount: float) -> None:
+        """resumed, for a task that resumed with its grant of amount, to use it now. If this loop ran nothing
+        of the limiter's for more than STALLED_AFTER before (a stall: the interpreter given to another
+        thread, a collection, a callback that blocked), this task and the others its grants came with are
+        used later than their grants: the refill they waited through is spent, so that no interval sees
+        both their use and that refill used by the grants to come."""
+        now = self._clock()
+        if now - self._last_seen > STALLED_AFTER:
+            self.owners.bucket._reckon_late(self._unresumed_tokens, now - self._granted_at)
+        self._last_seen = now
+        self._unresumed_tokens -= amount
+        self.resumed()
 
     def resumed(self) -> None:
         """A task whose grant this loop resolved has resumed (or never will): newcomers need not wait

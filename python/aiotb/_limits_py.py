@@ -453,6 +453,18 @@ class Limits:
         _window_unrecord(self.window, amount)
         _debug_check(self)
 
+    def reckon_late(self, amount: float, late_ns: float, now: int) -> None:
+        """Grants of amount, taken late_ns before now, are used only now: each rate spends what it refilled
+        meanwhile, at most amount and what it holds, so that no interval sees both their use and that
+        refill used by grants to come (the bound at the moment of use); the window is left as it is."""
+        self.anchor(now)
+        for i, r in enumerate(self.rates):
+            owed = _debt(self.state[i], now)
+            spend = min(r.burst_ticks - (owed if owed > 0 else 0), _ticks(amount * r.ns_per_token), _ticks(late_ns))
+            if spend > 0:
+                self.state[i] = _consume(self.state[i], spend, now)
+        _debug_check(self)
+
     def hold(self, amount: float) -> None:
         """Holds a grant of amount just taken while it is in use: the window's newest logged grants, up
         to amount, count until its hold ends instead (a window only; stricter, never looser, should

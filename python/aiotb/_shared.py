@@ -303,6 +303,11 @@ class SharedLimiter(Limiter[SharedMemoryStore]):
         counts[1] -= amount
         counts[5] += 1
 
+    def _reckon_late(self, amount: float, late: float) -> None:
+        """Not in the segment: its stale rule meets a stall before a grant; one between a grant and its
+        task's resume is not reckoned there (the engine's own rates are not this limiter's)."""
+        return None
+
     def _hold(self, amount: float) -> None:
         return None
 

@@ -4,7 +4,7 @@
  * loop's clock (binding/clock.h). An uncontended acquire takes its tokens here and allocates nothing;
  * a request that must wait goes to the limiter's dispatcher (aiotb/_dispatch.py) through
  * Limiter._wait, which then drives the queue with one call per decision: _enqueue, _grant_due,
- * _withdraw, _refund. The concerns live in the headers of binding/, one translation unit: state, clock, params,
+ * _withdraw, _refund, _reckon_late. The concerns live in the headers of binding/, one translation unit: state, clock, params,
  * awaitables, the queue's calls for the dispatcher (waiters.h), the precise timer and the shared segment (Segment,
  * over shm.h, and a bucket's fast path over it, shared.h), `async with`'s two methods bound once per bucket
  * (bound.h); this file holds the Bucket type and the module. */
@@ -375,6 +375,7 @@ static PyMethodDef bucket_methods[] = {
     {"_next_due", bucket_next_due, METH_NOARGS, NULL},
     {"_running_loop", bucket_running_loop, METH_NOARGS, NULL},
     {"_refund", bucket_refund, METH_O, NULL},
+    {"_reckon_late", (PyCFunction)(void (*)(void))bucket_reckon_late, METH_FASTCALL, NULL},
     {"_hold", bucket_hold, METH_O, NULL},
     {"_end_hold", bucket_end_hold, METH_O, NULL},
     {"_reserve", (PyCFunction)(void (*)(void))bucket_reserve, METH_FASTCALL, NULL},

@@ -393,6 +393,12 @@ void tb_refund(tb_bucket *b, double amount, tb_ns now)
     debug_check(b);
 }
 
+void tb_reckon_late(tb_bucket *b, double amount, double late_ns, tb_ns now)
+{
+    tb_limits_reckon_late(&b->limits, amount, late_ns, now);
+    debug_check(b);
+}
+
 void tb_hold(tb_bucket *b, double amount)
 {
     tb_limits_hold(&b->limits, amount);

@@ -200,6 +200,25 @@ static PyObject *bucket_refund(PyObject *op, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+// _reckon_late(amount, late): grants of amount, taken late seconds ago, are used only now.
+static PyObject *bucket_reckon_late(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    BucketObject *self = (BucketObject *)op;
+    if (nargs != 2)
+        return PyErr_Format(PyExc_TypeError, "_reckon_late() takes 2 arguments (%zd given)", nargs);
+    double amount, late;
+    tb_ns now;
+    if (glue_amount_now(self, args[0], &amount, &now) < 0)
+        return NULL;
+    late = PyFloat_AsDouble(args[1]);
+    if (late == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (!(late >= 0 && late < TB_MAX_SPAN / 1e9))
+        return PyErr_Format(PyExc_ValueError, "_reckon_late() takes a late span from 0 to MAX_SPAN s, got %R", args[1]);
+    tb_reckon_late(&self->core, amount, late * 1e9, now);
+    Py_RETURN_NONE;
+}
+
 // _hold(amount): holds a grant of amount just taken until _end_hold (a window's; nothing for a bucket).
 static PyObject *bucket_hold(PyObject *op, PyObject *arg)
 {
