@@ -57,3 +57,33 @@ def test_a_short_gap_reckons_nothing(lib, vrun):
     uses = uses_with_a_stall(lib, vrun, 0.0005)
     assert uses[:20] == [0.020] + [0.020 + 0.0005] * 19
     assert max(uses) == pytest.approx(0.060)  # then a token a ms, the 40 others by 60 ms: none spent
+
+
+def test_grants_given_back_before_their_tasks_resumed_are_not_reckoned(lib, vrun):
+    """Of a stalled batch of 20, 10 are cancelled before they resume (their tokens come back, and each runs a
+    pass as it leaves): the first pass after the stall reckons the batch first, so the bound holds; what the
+    cancelled give back is granted at once (the first of them still counted with the late: one token)."""
+
+    async def main() -> list[float]:
+        loop = asyncio.get_running_loop()
+        limiter = lib.Limiter(RATE, 1, burst=BURST, initial=0)
+        limiter.pause_until(loop.time() + 0.020)
+        uses: list[float] = []
+        tasks: list[asyncio.Task[None]] = []
+
+        async def task(i: int) -> None:
+            await limiter.acquire()
+            uses.append(loop.time())
+            if i == 0:
+                for other in tasks[1:11]:
+                    other.cancel()
+                loop._now += 0.016  # type: ignore[attr-defined]
+
+        tasks.extend(asyncio.ensure_future(task(i)) for i in range(60))
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return uses
+
+    uses = vrun(main())
+    late = 0.020 + 0.016
+    assert uses[0] == 0.020 and uses.count(late) == 19  # the 9 late, and 10 of the 11 a full bucket has left
+    assert most_over_the_bound(uses) <= 0

@@ -110,6 +110,7 @@ class Dispatcher:
         """A waiter's task leaves wait before using its grant: its tokens go back, or its place in the queue."""
         owners = self.owners
         if granted.done() and not granted.cancelled() and granted.exception() is None:
+            self._unresumed_tokens -= amount
             self.resumed()
             bucket._refund(amount)  # granted, but its task will never use it
             owners.retime(self)
@@ -128,6 +129,8 @@ class Dispatcher:
         due = woke_for if woke_for is not None and (reached or woke_for - loop.time() <= CLOCK_RESOLUTION) else None
         owners, first = self.owners, None
         bucket = owners.bucket
+        if self._unresumed:
+            self._seen()
         while True:
             first_posted, given_back = self._resolve_posted() if self._posted else (None, False)
             granted, amounts, at = bucket._grant_due(due, self)
@@ -214,17 +217,21 @@ class Dispatcher:
                 self.resumed()
 
     def _resumed_at_use(self, amount: float) -> None:
-        """resumed, for a task that resumed with its grant of amount, to use it now. If this loop ran nothing
-        of the limiter's for more than STALLED_AFTER before (a stall: the interpreter given to another
-        thread, a collection, a callback that blocked), this task and the others its grants came with are
-        used later than their grants: the refill they waited through is spent, so that no interval sees
-        both their use and that refill used by the grants to come."""
+        """resumed, for a task that resumed with its grant of amount, to use it now."""
+        self._seen()
+        self._unresumed_tokens -= amount
+        self.resumed()
+
+    def _seen(self) -> None:
+        """This loop runs the limiter's code (a pass, a task's resume) while grants it resolved wait for their
+        tasks. If it ran none for more than STALLED_AFTER before (a stall: the interpreter given to another
+        thread, a collection, a callback that blocked), those tasks use their grants later than they were
+        made: the refill they waited through is spent first, so that no interval sees both their use and
+        that refill used by grants made from now on."""
         now = self._clock()
         if now - self._last_seen > STALLED_AFTER:
             self.owners.bucket._reckon_late(self._unresumed_tokens, now - self._granted_at)
         self._last_seen = now
-        self._unresumed_tokens -= amount
-        self.resumed()
 
     def resumed(self) -> None:
         """A task whose grant this loop resolved has resumed (or never will): newcomers need not wait
