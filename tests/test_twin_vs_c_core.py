@@ -82,7 +82,7 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
         "tb_withdraw_first_of": (vp, [vp, vp]), "tb_first_due_of": (ns_t, [vp, vp, ns_t]),
         "tb_grant_due": (ns_t, [vp, ns_t, DECIDE, vp]), "tb_projected_grant": (ns_t, [vp, dbl, ns_t]),
         "tb_withdraw_stranded": (vp, [vp, ns_t, ctypes.POINTER(ctypes.c_bool)]),
-        "tb_refund": (None, [vp, dbl, ns_t]), "tb_reckon_late": (None, [vp, dbl, dbl, ns_t]), "tb_set_late_credit": (None, [vp, dbl]),
+        "tb_refund": (None, [vp, dbl, ns_t]), "tb_reckon_late": (None, [vp, dbl, ns_t]), "tb_set_late_credit": (None, [vp, dbl]),
         "tb_hold": (None, [vp, dbl]), "tb_end_hold": (None, [vp, dbl, ns_t]),
         "tb_set_rate": (ctypes.c_int, [vp, u32, dbl, dbl, ns_t]), "tb_set_window": (ctypes.c_int, [vp, ns_t, dbl]),
         "tb_pause_until": (None, [vp, ns_t]), "tb_rebase": (None, [vp, ns_t, ns_t]),
@@ -254,7 +254,7 @@ def replay(pair: Pair, ops: list[tuple[str, int]], now: int, order: int) -> None
             back = granted.pop(x % len(granted))
             pair.call("refund", back, now)
         elif op == "reckon_late":
-            pair.call("reckon_late", amount, float(x % 5000) * 1000.0, now)
+            pair.call("reckon_late", amount * (1 + x % 3), now)
         elif op == "hold" and granted:
             amount = granted.pop()
             pair.call("hold", amount)

@@ -440,14 +440,11 @@ class Bucket:
         self._core.refund(x, self._configured_now())
 
     @_locked
-    def _reckon_late(self, amount: float, late: float) -> None:
-        """Grants of amount, taken late seconds ago, are used only now: the refill they waited through is spent."""
+    def _reckon_late(self, amount: float) -> None:
+        """Grants of amount, taken earlier, are used only now: the refill they waited through that a rate could
+        not have held beside them is spent."""
         x = _double(amount)
-        now = self._configured_now()
-        late = _double(late)
-        if not (0 <= late < _MAX_SECONDS):
-            raise ValueError(f"_reckon_late() takes a late span from 0 to MAX_SPAN s, got {late!r}")
-        self._core.reckon_late(x, late * 1e9, now)
+        self._core.reckon_late(x, self._configured_now())
 
     @_locked
     def _hold(self, amount: float) -> None:

@@ -23,8 +23,9 @@ grants it all at once, for far less CPU than a wake-up per grant. A virtual or p
 
 Grants are reckoned where they are used: tasks that resume more than ``STALLED_AFTER`` after this loop last
 ran a pass or a resume of the limiter's (a stall), and grants another thread posted as long ago, are used
-later than they were granted, while the rates refilled; the engine then spends that refill, at most their
-amount (``_reckon_late``), so that no task resumes beside them with it."""
+later than they were granted, while the rates refilled; each rate then keeps no more than it would hold had
+they been taken now (``_reckon_late``), so that no task resumes beside them with the refill a full rate
+could not have held."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ class Dispatcher:
     """The waiters of one limiter on ``loop``, and the timer that wakes the first of them."""
 
     __slots__ = ("owners", "loop", "_timer", "_timer_at", "_wake_pending", "_posted", "_posted_lock", "_posted_at",
-                 "_precise", "_precise_tried", "_unresumed", "_unresumed_tokens", "_granted_at", "_last_seen", "_clock")
+                 "_precise", "_precise_tried", "_unresumed", "_unresumed_tokens", "_last_seen", "_clock")
 
     def __init__(self, owners: Owners, loop: asyncio.AbstractEventLoop) -> None:
         self.owners: Owners = owners
@@ -70,7 +71,6 @@ class Dispatcher:
         self._precise_tried = False
         self._unresumed = 0  # grants resolved here whose tasks have not resumed: their wake-ups are queued
         self._unresumed_tokens = 0.0  # their tokens (more, not less: a reservation's are counted till all resume)
-        self._granted_at = 0.0  # when the oldest of them was granted, on _clock
         self._last_seen = 0.0  # when this loop last ran a pass that resolved grants, or resumed one of them
         self._clock: Callable[[], float] = time.monotonic if is_monotonic_loop(loop) else loop.time
 
@@ -176,21 +176,18 @@ class Dispatcher:
         return posted
 
     def _resolve_posted(self) -> tuple[asyncio.Future[None] | None, bool]:
-        """_resolve of the grants posted here, granted when they were posted. Posted more than STALLED_AFTER
-        ago (this loop stalled, or was slow to get the interpreter), they are used later than their grants:
-        the refill they waited through is spent (see _resumed_at_use)."""
+        """_resolve of the grants posted here. Posted more than STALLED_AFTER ago (this loop stalled, or was
+        slow to get the interpreter), they are used later than they were made, as a stall's are (see _seen)."""
         posted_at = self._posted_at  # read before the grants: a post after them is newer
-        posted = self.take_posted()
-        late = time.monotonic() - posted_at if posted else 0.0
-        if late > STALLED_AFTER:
-            self.owners.bucket._reckon_late(sum(amount for waiter, amount in posted if not waiter.done()), late)
-        return self._resolve(posted, late)
+        resolved = self._resolve(self.take_posted())
+        if resolved[0] is not None and time.monotonic() - posted_at > STALLED_AFTER:
+            self.owners.bucket._reckon_late(self._unresumed_tokens)
+        return resolved
 
-    def _resolve(self, grants: list[tuple[asyncio.Future[None], float]],
-                 late: float = 0.0) -> tuple[asyncio.Future[None] | None, bool]:
-        """On this loop: resolves grants of its waiters, in order, made late seconds ago; a waiter
-        cancelled meanwhile (by code an earlier grant ran, or before a grant posted here arrived)
-        gives its tokens back. Returns the first it resolved, and whether tokens came back."""
+    def _resolve(self, grants: list[tuple[asyncio.Future[None], float]]) -> tuple[asyncio.Future[None] | None, bool]:
+        """On this loop: resolves grants of its waiters, in order; a waiter cancelled meanwhile (by
+        code an earlier grant ran, or before a grant posted here arrived) gives its tokens back.
+        Returns the first it resolved, and whether tokens came back."""
         bucket, first, given_back = self.owners.bucket, None, False
         for waiter, amount in grants:
             if waiter.done():
@@ -200,7 +197,6 @@ class Dispatcher:
                 if not self._unresumed:
                     bucket._resuming(1)
                     self._unresumed_tokens = 0.0
-                    self._granted_at = self._clock() - late
                 self._unresumed += 1
                 self._unresumed_tokens += amount
                 waiter.set_result(None)
@@ -227,10 +223,10 @@ class Dispatcher:
         tasks. If it ran none for more than STALLED_AFTER before (a stall: the interpreter given to another
         thread, a collection, a callback that blocked), those tasks use their grants later than they were
         made: the refill they waited through is spent first, so that no interval sees both their use and
-        that refill used by grants made from now on."""
+        that refill used by grants made from now on, as far as a full rate could not have held it beside them."""
         now = self._clock()
         if now - self._last_seen > STALLED_AFTER:
-            self.owners.bucket._reckon_late(self._unresumed_tokens, now - self._granted_at)
+            self.owners.bucket._reckon_late(self._unresumed_tokens)
         self._last_seen = now
 
     def resumed(self) -> None:

@@ -453,16 +453,16 @@ class Limits:
         _window_unrecord(self.window, amount)
         _debug_check(self)
 
-    def reckon_late(self, amount: float, late_ns: float, now: int) -> None:
-        """Grants of amount, taken late_ns before now, are used only now: each rate spends what it refilled
-        meanwhile, at most amount and what it holds, so that no interval sees both their use and that
-        refill used by grants to come (the bound at the moment of use); the window is left as it is."""
+    def reckon_late(self, amount: float, now: int) -> None:
+        """Grants of amount, taken earlier, are used only now: each rate keeps no more than it would hold had
+        they been taken now (at least amount's need, at most its burst, short of full), spending the refill
+        they waited through that it could not have held beside them (the bound at the moment of use); the
+        window is left as it is."""
         self.anchor(now)
         for i, r in enumerate(self.rates):
-            owed = _debt(self.state[i], now)
-            spend = min(r.burst_ticks - (owed if owed > 0 else 0), _ticks(amount * r.ns_per_token), _ticks(late_ns))
-            if spend > 0:
-                self.state[i] = _consume(self.state[i], spend, now)
+            taken_now = _at_tick(now) + min(_ticks(amount * r.ns_per_token), r.burst_ticks)
+            if self.state[i] < taken_now:
+                self.state[i] = taken_now
         _debug_check(self)
 
     def hold(self, amount: float) -> None:

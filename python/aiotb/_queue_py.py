@@ -393,9 +393,9 @@ class Bucket:
         self.stats.cancelled += 1
         _debug_check(self)
 
-    def reckon_late(self, amount: float, late_ns: float, now: int) -> None:
-        """Grants of amount, taken late_ns before now, are used only now (see Limits.reckon_late)."""
-        self.limits.reckon_late(amount, late_ns, now)
+    def reckon_late(self, amount: float, now: int) -> None:
+        """Grants of amount, taken earlier, are used only now (see Limits.reckon_late)."""
+        self.limits.reckon_late(amount, now)
         _debug_check(self)
 
     def hold(self, amount: float) -> None:

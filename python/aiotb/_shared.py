@@ -303,7 +303,7 @@ class SharedLimiter(Limiter[SharedMemoryStore]):
         counts[1] -= amount
         counts[5] += 1
 
-    def _reckon_late(self, amount: float, late: float) -> None:
+    def _reckon_late(self, amount: float) -> None:
         """Not in the segment: its stale rule meets a stall before a grant; one between a grant and its
         task's resume is not reckoned there (the engine's own rates are not this limiter's)."""
         return None

@@ -375,7 +375,7 @@ static PyMethodDef bucket_methods[] = {
     {"_next_due", bucket_next_due, METH_NOARGS, NULL},
     {"_running_loop", bucket_running_loop, METH_NOARGS, NULL},
     {"_refund", bucket_refund, METH_O, NULL},
-    {"_reckon_late", (PyCFunction)(void (*)(void))bucket_reckon_late, METH_FASTCALL, NULL},
+    {"_reckon_late", bucket_reckon_late, METH_O, NULL},
     {"_hold", bucket_hold, METH_O, NULL},
     {"_end_hold", bucket_end_hold, METH_O, NULL},
     {"_reserve", (PyCFunction)(void (*)(void))bucket_reserve, METH_FASTCALL, NULL},

@@ -409,21 +409,15 @@ void tb_limits_refund(tb_limits *l, double amount, tb_ns now)
     debug_check(l);
 }
 
-void tb_limits_reckon_late(tb_limits *l, double amount, double late_ns, tb_ns now)
+void tb_limits_reckon_late(tb_limits *l, double amount, tb_ns now)
 {
     tb_limits_anchor(l, now);
     for (uint32_t i = 0; i < l->nrates; i++) {
         const tb_rate *r = &l->rates[i];
-        int64_t owed = debt(l->state[i], now);
-        int64_t spend = r->burst_ticks - (owed > 0 ? owed : 0);  /* what it holds */
-        int64_t most = tb_ticks(amount * r->ns_per_token);
-        int64_t refilled = tb_ticks(late_ns);
-        if (most < spend)
-            spend = most;
-        if (refilled < spend)
-            spend = refilled;
-        if (spend > 0)
-            l->state[i] = tb_gcra_take(l->state[i], spend, now);
+        int64_t need = tb_ticks(amount * r->ns_per_token);
+        tb_gcra taken_now = tb_at_tick(now) + (need < r->burst_ticks ? need : r->burst_ticks);
+        if (l->state[i] < taken_now)
+            l->state[i] = taken_now;
     }
     debug_check(l);
 }

@@ -143,10 +143,11 @@ void tb_limits_take(tb_limits *l, double amount, tb_ns rates_at, tb_ns now);
 bool tb_limits_take_now(tb_limits *l, double amount, tb_ns now);
 /* Gives back amount tokens granted earlier and never used. */
 void tb_limits_refund(tb_limits *l, double amount, tb_ns now);
-/* Grants of amount, taken late_ns before now, are used only now: each rate spends what it refilled
- * meanwhile, at most amount and what it holds, so that no interval sees both their use and that
- * refill used by grants to come (the bound at the moment of use); the window is left as it is. */
-void tb_limits_reckon_late(tb_limits *l, double amount, double late_ns, tb_ns now);
+/* Grants of amount, taken earlier, are used only now: each rate keeps no more than it would hold had
+ * they been taken now (at least amount's need, at most its burst, short of full), spending the refill
+ * they waited through that it could not have held beside them (the bound at the moment of use); the
+ * window is left as it is. */
+void tb_limits_reckon_late(tb_limits *l, double amount, tb_ns now);
 /* Holds a grant of amount just taken while it is in use: the window's newest logged grants, up to
  * amount, count until its release instead (a window only; stricter, never looser, should another
  * grant be newer than it). */

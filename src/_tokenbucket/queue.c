@@ -393,9 +393,9 @@ void tb_refund(tb_bucket *b, double amount, tb_ns now)
     debug_check(b);
 }
 
-void tb_reckon_late(tb_bucket *b, double amount, double late_ns, tb_ns now)
+void tb_reckon_late(tb_bucket *b, double amount, tb_ns now)
 {
-    tb_limits_reckon_late(&b->limits, amount, late_ns, now);
+    tb_limits_reckon_late(&b->limits, amount, now);
     debug_check(b);
 }
 

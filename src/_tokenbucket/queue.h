@@ -119,8 +119,8 @@ tb_ns tb_first_due_of(tb_bucket *b, const void *owner, tb_ns now);
 void *tb_withdraw_stranded(tb_bucket *b, tb_ns now, bool *never);
 /* Gives back amount tokens of a grant never used, taking the grant out of the statistics. */
 void tb_refund(tb_bucket *b, double amount, tb_ns now);
-/* Grants of amount, taken late_ns before now, are used only now (see tb_limits_reckon_late). */
-void tb_reckon_late(tb_bucket *b, double amount, double late_ns, tb_ns now);
+/* Grants of amount, taken earlier, are used only now (see tb_limits_reckon_late). */
+void tb_reckon_late(tb_bucket *b, double amount, tb_ns now);
 /* Holds a grant of amount just taken while it is in use (see tb_limits_hold). */
 void tb_hold(tb_bucket *b, double amount);
 /* Ends the hold of a grant of amount at now (see tb_limits_end_hold). */

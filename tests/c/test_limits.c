@@ -140,40 +140,38 @@ static void test_reckon_late(void)
 {
     tb_limits l;
     CHECK(tb_limits_init(&l, 1e6, 20, 20) == TB_OK);  /* 1,000/s, burst 20, full at 0 */
-    CHECK(tb_limits_take_now(&l, 20, 0));
-    /* The 20 are used only at 16 ms: the 16 tokens refilled meanwhile are spent, none is left for a
-     * grant that would be used beside them. */
+    CHECK(tb_limits_take_now(&l, 1, 0) && tb_limits_take_now(&l, 19, 0));
+    /* The 19 are used only at 16 ms, beside the 16 tokens refilled meanwhile: taken now they would have left
+     * 1 of a full rate's 20. The 15 it could not have held beside them are spent. */
     CHECK(tb_limits_tokens(&l, 16 * MS) == 16);
-    tb_limits_reckon_late(&l, 20, 16 * MS, 16 * MS);
+    tb_limits_reckon_late(&l, 19, 16 * MS);
     HOLDS(&l);
-    CHECK(tb_limits_tokens(&l, 16 * MS) == 0);
-    CHECK(tb_limits_fit_at(&l, 1, 16 * MS) == 17 * MS);
+    CHECK(tb_limits_tokens(&l, 16 * MS) == 1);
+    CHECK(tb_limits_fit_at(&l, 2, 16 * MS) == 17 * MS);
     tb_limits_release(&l);
 
-    /* At most their amount (a full rate kept the refill it could not hold either way), at most the refill
-     * of the late span, at most what the rate holds: never below empty. */
+    /* A rate far from full keeps its tokens: a grant taken now would have left it as much. */
     CHECK(tb_limits_init(&l, 1e6, 20, 20) == TB_OK);
-    CHECK(tb_limits_take_now(&l, 2, 0));
-    tb_limits_reckon_late(&l, 2, 16 * MS, 16 * MS);
-    CHECK(tb_limits_tokens(&l, 16 * MS) == 18);
-    tb_limits_reckon_late(&l, 20, 3 * MS, 16 * MS);
-    CHECK(tb_limits_tokens(&l, 16 * MS) == 15);
-    tb_limits_reckon_late(&l, 20, SECOND, 16 * MS);
+    CHECK(tb_limits_take_now(&l, 20, 0));
+    tb_limits_reckon_late(&l, 4, 5 * MS);
+    CHECK(tb_limits_tokens(&l, 5 * MS) == 5);
+    /* More than a burst used late: the rate is empty, no deeper. */
+    tb_limits_reckon_late(&l, 50, 5 * MS);
     HOLDS(&l);
-    CHECK(tb_limits_tokens(&l, 16 * MS) == 0 && tb_limits_fit_at(&l, 1, 16 * MS) == 17 * MS);
+    CHECK(tb_limits_tokens(&l, 5 * MS) == 0 && tb_limits_fit_at(&l, 20, 5 * MS) == 25 * MS);
     tb_limits_release(&l);
 
-    /* Each rate of several spends its own refill; a window is left as it is. */
-    CHECK(tb_limits_init(&l, 1e6, 20, 0) == TB_OK);
-    CHECK(tb_limits_add_rate(&l, 1e5, 20, 0) == TB_OK);  /* 10,000/s */
-    tb_limits_anchor(&l, 0);
-    tb_limits_reckon_late(&l, 5, MS, 2 * MS);            /* the first holds 2, the second 20 */
-    CHECK(tb_limits_tokens(&l, 2 * MS) == 1);            /* the first spent 1 (a ms's refill) */
+    /* Each rate of several on its own; a window is left as it is. */
+    CHECK(tb_limits_init(&l, 1e6, 20, 20) == TB_OK);
+    CHECK(tb_limits_add_rate(&l, 1e5, 5, 5) == TB_OK);  /* 10,000/s, burst 5 */
+    tb_limits_reckon_late(&l, 3, 0);                    /* 17 and 2 left */
+    CHECK(tb_limits_tokens(&l, 0) == 2);
+    CHECK(tb_limits_fit_at(&l, 5, 0) == 3 * MS / 10);  /* the second rate: 0.3 ms to hold 5 again */
     HOLDS(&l);
     tb_limits_release(&l);
     CHECK(tb_limits_init_window(&l, SECOND, 5) == TB_OK);
     CHECK(tb_limits_take_now(&l, 2, 0));
-    tb_limits_reckon_late(&l, 2, MS, MS);
+    tb_limits_reckon_late(&l, 2, MS);
     CHECK(tb_limits_tokens(&l, MS) == 3);
     tb_limits_release(&l);
 }

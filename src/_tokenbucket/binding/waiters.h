@@ -200,22 +200,15 @@ static PyObject *bucket_refund(PyObject *op, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-// _reckon_late(amount, late): grants of amount, taken late seconds ago, are used only now.
-static PyObject *bucket_reckon_late(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+// _reckon_late(amount): grants of amount, taken earlier, are used only now.
+static PyObject *bucket_reckon_late(PyObject *op, PyObject *arg)
 {
     BucketObject *self = (BucketObject *)op;
-    if (nargs != 2)
-        return PyErr_Format(PyExc_TypeError, "_reckon_late() takes 2 arguments (%zd given)", nargs);
-    double amount, late;
+    double amount;
     tb_ns now;
-    if (glue_amount_now(self, args[0], &amount, &now) < 0)
+    if (glue_amount_now(self, arg, &amount, &now) < 0)
         return NULL;
-    late = PyFloat_AsDouble(args[1]);
-    if (late == -1.0 && PyErr_Occurred())
-        return NULL;
-    if (!(late >= 0 && late < TB_MAX_SPAN / 1e9))
-        return PyErr_Format(PyExc_ValueError, "_reckon_late() takes a late span from 0 to MAX_SPAN s, got %R", args[1]);
-    tb_reckon_late(&self->core, amount, late * 1e9, now);
+    tb_reckon_late(&self->core, amount, now);
     Py_RETURN_NONE;
 }
 
