@@ -678,7 +678,7 @@ def round_trip_section(rt: dict[str, Any], versions: dict[str, str]) -> list[str
              f"own key; {rt['runs']} runs of {rt['calls']:,} calls each, the order of the rows rotated by one each "
              f"run, after {rt['warmup']} warm-up calls; medians. The rates never bind: aiotb `Limiter(1e6, 1, "
              "burst=1e6)`; pyrate-limiter `Rate(1_000_000, Duration.SECOND)` (burst 1,000,000 for GCRA), each "
-             "bucket behind `Limiter(bucket, buffer_ms=0)` called as `await limiter.atry_acquire(\"bench\", 1, "
+             "bucket behind `Limiter(bucket, buffer_ms=0)` called as `await limiter.try_acquire(\"bench\", 1, "
              "blocking=False)`, its lightest call (no asyncio.Lock, no retry loop); limits "
              "`RateLimitItemPerSecond(1_000_000)`, `await strategy.hit(item, key)`. Refused: answers that were not "
              f"grants during the runs. {SERVER_FIGURES} pyrate-limiter {versions['pyrate-limiter']}, limits "

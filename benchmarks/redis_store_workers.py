@@ -299,7 +299,7 @@ def contenders(url: str, port: int, opened: list[Any], one_connection: bool = Fa
         return aiotb_limiter(name).acquire
 
     async def aiotb_try(name: str) -> Callable[[], Any]:
-        return aiotb_limiter(name).try_acquire
+        return aiotb_limiter(name).atry_acquire
 
     async def aiotb_reserve(name: str) -> Callable[[], Any]:
         limiter = aiotb_limiter(name)

@@ -268,3 +268,19 @@ def test_the_redis_benchmark_s_logged_limiter_overrides_take_the_limiter_s_param
         ours = [argument.arg for argument in node.args.args]
         theirs = list(inspect.signature(getattr(RedisLimiter, node.name)).parameters)
         assert len(ours) == len(theirs), f"LoggedLimiter.{node.name}{tuple(ours)} overrides {tuple(theirs)}"
+
+
+def test_the_redis_benchmark_calls_no_refused_method_of_a_redis_limiter():
+    """What the Redis benchmark times on ``aiotb_limiter(name)`` (a Limiter over a RedisStore) is a call that
+    limiter serves: not one the table of stores refuses over Redis (``try_acquire``, say, whose refusal failed
+    case 1 mid-run once the call became ``atry_acquire``)."""
+    from aiotb._capabilities import REFUSED
+
+    refused = {name.strip() for (feature, store), _ in REFUSED.items() if store == "RedisStore"
+               for name in feature.split(",") if "/" not in name}
+    tree = ast.parse((BENCHMARKS / "redis_store_workers.py").read_text())
+    called = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+              and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "aiotb_limiter"}
+    assert called and "try_acquire" in refused
+    assert not called & refused, called & refused
+
