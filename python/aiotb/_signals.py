@@ -1,0 +1,243 @@
+"""What an HTTP response's headers say about the server's rate limit, read into one immutable ``Signals``.
+
+The fields read, by name, case-insensitive:
+
+- the IETF draft (draft-ietf-httpapi-ratelimit-headers-08 to -11): ``RateLimit: "default";r=50;t=30``
+  (r: remaining, t: seconds to the reset) with ``RateLimit-Policy: "default";q=100;w=60`` (q: the quota);
+  a policy whose quota unit ``qu`` is not requests is left out. Its older drafts' ``RateLimit-Limit``,
+  ``RateLimit-Remaining`` and ``RateLimit-Reset``;
+- the de-facto ``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` and ``X-RateLimit-Reset``;
+- OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``, resets as Go durations (``6m0s``);
+- Anthropic's ``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}``,
+  resets as RFC 3339 instants;
+- ``Retry-After``, delta seconds or an HTTP date.
+
+A reset number from ``EPOCH_FROM`` (10**9, 2001-09-09) on is an epoch instant in seconds, below it delta
+seconds: no delta is 31 years, and every epoch instant now is past it. Absolute instants are taken against
+the server's ``Date`` when it sent a readable one, else against the local clock, so that a skewed clock does
+not skew the wait; one in the past is a wait of 0.
+
+Where several fields or list members speak of one quota, the most restrictive wins whole (its remaining,
+reset and limit together): the least remaining, the later reset breaking a tie. Nothing here raises for what
+headers hold: a malformed, negative, non-finite or absurd value (a count above ``MOST``, a wait above
+``LONGEST_WAIT``) is ignored and the rest still read."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import email.utils
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Callable, NamedTuple
+
+from . import _params
+
+EPOCH_FROM = 1e9  # a reset number this large is an epoch instant in seconds, not delta seconds
+LONGEST_WAIT = 366 * 86400.0  # s: a reset or retry further away than a year is absurd, and ignored
+MOST = 2.0**53  # the largest count read: past it a float no longer counts by ones
+
+Headers = Mapping[str, str | bytes] | Iterable[tuple[str | bytes, str | bytes]]
+
+
+class Quota(NamedTuple):
+    """One quota as the server tells it: what is left, when it is whole again, out of how many."""
+
+    remaining: float  # requests or tokens left, >= 0
+    reset_after: float | None  # s from parsing until the quota resets, >= 0; None if not told
+    limit: float | None  # the whole quota of a window; None if not told
+
+
+@dataclasses.dataclass(frozen=True)
+class Signals:
+    """What a response's headers say of the server's limits, times in seconds from parsing; falsy if nothing."""
+
+    requests: Quota | None = None
+    tokens: Quota | None = None  # OpenAI's tokens, Anthropic's most restrictive token quota
+    input_tokens: Quota | None = None  # Anthropic's
+    output_tokens: Quota | None = None  # Anthropic's
+    retry_after: float | None = None  # s to wait before asking again, >= 0
+
+    def __bool__(self) -> bool:
+        """Whether the headers said anything of the server's limits."""
+        return self != Signals()
+
+
+def _text(data: str | bytes) -> str:
+    """A header name or value as text: bytes decoded as latin-1, as HTTP/1.1 carries them."""
+    return data.decode("latin-1") if isinstance(data, bytes) else data
+
+
+def _fields(headers: Headers) -> dict[str, list[str]]:
+    """Each field's values, in order, by lower-case name; an entry that is no (name, value) of text skipped."""
+    pairs: Iterable[object] = headers.items() if isinstance(headers, Mapping) else headers
+    fields: dict[str, list[str]] = {}
+    for pair in pairs:
+        if isinstance(pair, tuple) and len(pair) == 2:
+            name, value = pair
+            if isinstance(name, (str, bytes)) and isinstance(value, (str, bytes)):
+                fields.setdefault(_text(name).strip().lower(), []).append(_text(value).strip())
+    return fields
+
+
+def _first(fields: dict[str, list[str]], name: str) -> str | None:
+    """The first value of a field, or None if it is absent."""
+    values = fields.get(name)
+    return values[0] if values else None
+
+
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def _number(text: str | None, most: float = MOST) -> float | None:
+    """The number >= 0 leading a value (a list's first member, parameters dropped); None if absent,
+    malformed or above most."""
+    if text is None:
+        return None
+    first = text.split(",", 1)[0].split(";", 1)[0].strip()
+    if not _NUMBER.fullmatch(first):
+        return None
+    value = float(first)
+    return value if value <= most else None
+
+
+def _wait(span: float) -> float | None:
+    """A span to wait, 0 for one already past; None if not a number or beyond LONGEST_WAIT."""
+    return max(0.0, span) if span <= LONGEST_WAIT else None
+
+
+def _reset_number(text: str | None, server_now: datetime.datetime) -> float | None:
+    """Seconds to a reset given as delta seconds or, from EPOCH_FROM on, as an epoch instant in seconds."""
+    value = _number(text, math.inf)
+    if value is None:
+        return None
+    return _wait(value - server_now.timestamp() if value >= EPOCH_FROM else value)
+
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(h|ms|m|s|us|µs|μs|ns)")
+_DURATION = re.compile(f"(?:{_DURATION_PART.pattern})+")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9}
+
+
+def _duration(text: str | None, server_now: datetime.datetime) -> float | None:
+    """Seconds in a Go duration (``6m0s``, ``1h2m3.5s``, ``20ms``) or in plain seconds; None if malformed."""
+    if text is None:
+        return None
+    if _NUMBER.fullmatch(text):
+        return _wait(float(text))
+    if not _DURATION.fullmatch(text):
+        return None
+    return _wait(sum(float(amount) * _UNIT_SECONDS[unit] for amount, unit in _DURATION_PART.findall(text)))
+
+
+def _instant(text: str | None, server_now: datetime.datetime) -> float | None:
+    """Seconds from server_now to an RFC 3339 instant (with its offset); None if malformed."""
+    if text is None:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return _wait((when - server_now).total_seconds()) if when.tzinfo is not None else None
+
+
+def _server_now(fields: dict[str, list[str]], now: datetime.datetime) -> datetime.datetime:
+    """The server's clock as its Date field tells it, else now."""
+    text = _first(fields, "date")
+    if text is None:
+        return now
+    try:
+        date = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return now
+    return date if date.tzinfo is not None else date.replace(tzinfo=datetime.timezone.utc)
+
+
+def _retry_after(text: str | None, server_now: datetime.datetime) -> float | None:
+    """Seconds a Retry-After value asks to wait, an HTTP date taken against server_now; None if malformed."""
+    if text is None:
+        return None
+    try:
+        return _wait(_params.retry_after(text, server_now))
+    except ValueError:
+        return None
+
+
+_STRINGS_CLOSED = re.compile(r'(?:"(?:[^"\\]|\\.)*"|[^"])*')
+_MEMBER = re.compile(r'(?:"(?:[^"\\]|\\.)*"|[^,"])+')
+_BARE = r'"(?:[^"\\]|\\.)*"|[A-Za-z*][A-Za-z0-9!#$%&\'*+.^_`|~:/-]*|-?[0-9]+(?:\.[0-9]+)?|:[A-Za-z0-9+/=]*:|\?[01]'
+_PARAMETER = re.compile(rf"\s*;\s*([a-z*][a-z0-9_.*-]*)(?:=({_BARE}))?")
+_ITEM = re.compile(rf"\s*({_BARE})((?:{_PARAMETER.pattern})*)\s*")
+_ESCAPE = re.compile(r"\\(.)")
+
+
+def _unquote(bare: str) -> str:
+    """A bare item's text: a string's content unescaped, any other item as written."""
+    return _ESCAPE.sub(r"\1", bare[1:-1]) if bare.startswith('"') else bare
+
+
+def _items(field: str) -> list[tuple[str, dict[str, str]]]:
+    """The items of a structured-field list with their parameters; a malformed member left out, and the
+    whole field if a string is left open."""
+    if not _STRINGS_CLOSED.fullmatch(field):
+        return []
+    items = []
+    for member in _MEMBER.findall(field):
+        item = _ITEM.fullmatch(member)
+        if item:
+            items.append((_unquote(item[1]), {key: _unquote(value) for key, value in _PARAMETER.findall(item[2])}))
+    return items
+
+
+def _tightest(quotas: list[Quota]) -> Quota | None:
+    """The most restrictive quota: the least remaining, the later reset breaking a tie; None if none."""
+    return min(quotas, key=lambda quota: (quota.remaining, -(quota.reset_after or 0.0)), default=None)
+
+
+def _draft(fields: dict[str, list[str]], server_now: datetime.datetime) -> Quota | None:
+    """The most restrictive request quota of the RateLimit field, its limit the q of the RateLimit-Policy
+    item of the same name; None if there is none."""
+    policies = dict(_items(", ".join(fields.get("ratelimit-policy", []))))
+    quotas = []
+    for name, parameters in _items(", ".join(fields.get("ratelimit", []))):
+        policy = policies.get(name, {})
+        remaining = _number(parameters.get("r"))
+        if remaining is not None and policy.get("qu", "request") in ("request", "requests"):
+            quotas.append(Quota(remaining, _reset_number(parameters.get("t"), server_now), _number(policy.get("q"))))
+    return _tightest(quotas)
+
+
+ResetReader = Callable[[str | None, datetime.datetime], float | None]
+_ANTHROPIC_KINDS = {"requests": "requests", "tokens": "tokens", "input_tokens": "input-tokens",
+                    "output_tokens": "output-tokens"}
+# (kind, remaining field, reset field, limit field, how its reset reads), one line a quota a style tells
+_STYLES: list[tuple[str, str, str, str, ResetReader]] = [
+    ("requests", "ratelimit-remaining", "ratelimit-reset", "ratelimit-limit", _reset_number),
+    ("requests", "x-ratelimit-remaining", "x-ratelimit-reset", "x-ratelimit-limit", _reset_number),
+    *((kind, f"x-ratelimit-remaining-{kind}", f"x-ratelimit-reset-{kind}", f"x-ratelimit-limit-{kind}", _duration)
+      for kind in ("requests", "tokens")),
+    *((kind, f"anthropic-ratelimit-{name}-remaining", f"anthropic-ratelimit-{name}-reset",
+       f"anthropic-ratelimit-{name}-limit", _instant) for kind, name in _ANTHROPIC_KINDS.items()),
+]
+
+
+def read_signals(headers: Headers, now: datetime.datetime) -> Signals:
+    """What a response's headers say of the server's limits, in seconds from now, the local wall clock
+    (timezone-aware, or ValueError). Raises nothing for anything the headers hold."""
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
+    fields = _fields(headers)
+    server_now = _server_now(fields, now)
+    found: dict[str, list[Quota]] = {kind: [] for kind in _ANTHROPIC_KINDS}
+    draft = _draft(fields, server_now)
+    if draft is not None:
+        found["requests"].append(draft)
+    for kind, remaining_field, reset_field, limit_field, read_reset in _STYLES:
+        remaining = _number(_first(fields, remaining_field))
+        if remaining is not None:
+            found[kind].append(Quota(remaining, read_reset(_first(fields, reset_field), server_now),
+                                     _number(_first(fields, limit_field))))
+    return Signals(requests=_tightest(found["requests"]), tokens=_tightest(found["tokens"]),
+                   input_tokens=_tightest(found["input_tokens"]), output_tokens=_tightest(found["output_tokens"]),
+                   retry_after=_retry_after(_first(fields, "retry-after"), server_now))
