@@ -121,32 +121,30 @@ class LoggedLimiter(RedisLimiter):
     (ns since 1970), the reservation's F after (which ties it to the store's log), its instant on
     this process's CLOCK_MONOTONIC as the limiter set its timer (ns), and the real wall clock then."""
 
-    __slots__ = ("grants", "afresh", "_slot", "_due_now")
+    __slots__ = ("grants", "afresh", "_granting")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.grants: list[tuple[int, int, int, int]] = []
         self.afresh = 0  # grants of tokens taken afresh in place of a stale reservation
-        self._slot: Any = None  # the reservation _grant is granting
-        self._due_now: Reserved | None = None  # the grant of a round trip's run _grant_now is making
+        self._granting: Any = None  # the reservation _granted is granting
 
-    async def _grant(self, waiter: Any, slot: Any, loop: asyncio.AbstractEventLoop) -> Any:
-        self._slot = slot
-        return await super()._grant(waiter, slot, loop)
+    def _granted(self, slot: Any, now: float) -> None:
+        self._granting = slot
+        try:
+            super()._granted(slot, now)
+        finally:
+            self._granting = None
 
-    def _grant_now(self, waiter: Any, reserved: Reserved, loop: asyncio.AbstractEventLoop) -> None:
-        self._due_now = reserved
-        super()._grant_now(waiter, reserved, loop)
+    def _retaken(self, ident: int, fresh: Any, now: float) -> None:
+        self.afresh += isinstance(fresh, Reserved)
+        super()._retaken(ident, fresh, now)
 
     def _count_grant(self, amount: float, waited: float | None, reserved: Reserved) -> None:
         super()._count_grant(amount, waited, reserved)
-        slot = self._slot
-        if slot is not None and slot.reserved is reserved:
-            target = slot.at
-        else:  # a run's grant, due at the reply, or tokens taken afresh in place of a stale reservation: now
-            target = asyncio.get_running_loop().time()
-            if reserved is not self._due_now:
-                self.afresh += 1
+        slot = self._granting
+        # a reservation's grant, timed for its instant; a run's, due at the reply, or tokens taken afresh: now
+        target = slot.at if slot is not None and slot.record is reserved else asyncio.get_running_loop().time()
         self.grants.append((reserved.at, record_instants(reserved.record)[2], round(target * 1e9), time.time_ns()))
 
 
@@ -209,7 +207,7 @@ async def run_tasks(spec: dict[str, Any], conn: Any) -> dict[str, Any]:
         if not isinstance(outcome, asyncio.CancelledError):
             raise RuntimeError("a task failed") from outcome
     deadline = clock() + int(SERVER_EXIT_WITHIN * 1e9)
-    while limiter._server is not None and clock() < deadline:  # its last reservation, given back
+    while limiter._trips and clock() < deadline:  # its last reservation, given back
         await asyncio.sleep(0.005)
     await store.redis.aclose()
     columns = list(zip(*limiter.grants)) or [(), (), (), ()]

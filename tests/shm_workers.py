@@ -46,10 +46,10 @@ class LoggedLimiter(SharedLimiter):
     async def __aexit__(self, *exc_info: object) -> None:
         return None
 
-    def _count_wait(self, waiter: Any, slot: Any, now: int) -> None:
-        super()._count_wait(waiter, slot, now)
-        self.counted.append(slot.at)
-        self.made.append(now)
+    def _granted(self, slot: Any, now: float) -> None:
+        super()._granted(slot, now)
+        self.counted.append(round(slot.at * 1e9))
+        self.made.append(round(now * 1e9))
 
 
 def logged(name: str, *args: Any, **kwargs: Any) -> LoggedLimiter:

@@ -213,8 +213,9 @@ def test_a_fallback_limiter_paces_calls_while_the_server_is_down(run: Run[None],
                 assert await asyncio.wait_for(limiter.atry_acquire(), WITHIN) is True
             assert time.monotonic() - started < 2 * 20 / fallback_rate
             assert fallback.stats().granted == calls + 1
+            await asyncio.wait_for(limiter.acquire(500), WITHIN)  # from Redis: half a second of debt in its key
             assert await client.exists(store.redis_key) == 1
-            assert 959 < await tokens_in(own_server.port, "fallback", 1000, 1, 1000) <= 1000
+            assert 459 < await tokens_in(own_server.port, "fallback", 1000, 1, 1000) < 600  # refilled since, a little
         finally:
             await client.aclose()
 
@@ -374,10 +375,10 @@ def test_a_lost_run_of_grants_fails_every_waiter_it_may_have_taken_for(run: Run[
     was granted plus what the failures took (the followers were asked again, and granted, before: the lost
     trip's reservations for them were counted nowhere)."""
     async def main() -> None:
-        client = LosesAReply(host="127.0.0.1", port=redis_server.port, retry=Retry(NoBackoff(), 0), lose=3)
+        client = LosesAReply(host="127.0.0.1", port=redis_server.port, retry=Retry(NoBackoff(), 0), lose=2)
         try:
             limiter = aiotb.Limiter(1, PERIOD, burst=BURST, store=aiotb.RedisStore(client, "lost-run"))
-            await limiter.acquire()  # the first trip; then the head of the five alone, then the four behind it in one
+            await limiter.acquire()  # the first trip; then the five, queued before their trip starts, in one
             waiters = [asyncio.ensure_future(limiter.acquire()) for _ in range(5)]
             results = await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), WITHIN)
             failed = [r for r in results if isinstance(r, aiotb.StoreUnavailable)]
@@ -557,7 +558,10 @@ def test_a_waiter_leaving_during_a_failed_round_trip_leaves_the_others_theirs(ru
             limiter = aiotb.Limiter(10, 1, store=aiotb.RedisStore(client, "left"))
             await asyncio.wait_for(limiter.acquire(), WITHIN)
             own_server.pause(1.0)
-            first, leaving, last = (asyncio.ensure_future(limiter.acquire()) for _ in range(3))
+            first = asyncio.ensure_future(limiter.acquire())
+            for _ in range(3):  # its round trip on its way: the two after it wait for the next one
+                await asyncio.sleep(0)
+            leaving, last = (asyncio.ensure_future(limiter.acquire()) for _ in range(2))
             await asyncio.wait([first], timeout=WITHIN)  # its round trip timed out; leaving's starts now
             await asyncio.sleep(timeout / 3)
             leaving.cancel()  # while its round trip is on its way to timing out
@@ -570,7 +574,7 @@ def test_a_waiter_leaving_during_a_failed_round_trip_leaves_the_others_theirs(ru
                     results.append(error)
             assert isinstance(results[0], aiotb.StoreUnavailable), repr(results[0])
             assert isinstance(results[1], asyncio.CancelledError), repr(results[1])
-            assert isinstance(results[2], aiotb.StoreUnavailable), repr(results[2])  # its own round trip's failure
+            assert isinstance(results[2], aiotb.StoreUnavailable), repr(results[2])  # the failure of its round trip
             assert limiter.stats().granted == 1
         finally:
             own_server.resume()

@@ -41,7 +41,7 @@ def close(limiter: aiotb.Limiter, loop: asyncio.AbstractEventLoop) -> None:
     """Runs the stopped loop again: the cancelled call leaves the queue there, and the client closes."""
     async def settle() -> int:
         for _ in range(500):
-            if not limiter.waiting and limiter._server is None:  # the give-back's round trip done too
+            if not limiter.waiting and not limiter._trips:  # the give-back's round trip done too
                 break
             await asyncio.sleep(0.01)
         waiting = limiter.waiting

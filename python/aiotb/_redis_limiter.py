@@ -1,26 +1,13 @@
-"""The engine of a ``Limiter`` over a ``RedisStore``: this process's queue in front of rates kept
-in Redis, which every client of the key shares.
+"""The engine of a ``Limiter`` over a ``RedisStore``: this process's queue (``_reserving``) in front of rates kept
+in Redis, which every client of the key shares, and timed by the dispatcher of the loop the limiter serves.
 
-Order across clients is the order of reservations in Redis: the script reserves each grant behind
-every one reserved before it. Order within a limiter is its queue's, first come first served. A
-limiter holds at most one reservation ahead: its first waiter's. One task of the limiter's loop (the
-server) reserves for the head, sleeps on the loop's timer until the instant the script returned,
-grants it, and reserves for the next. No polling, and no host wakes another. The instant is taken
-as the reply's arrival plus the script's delay, never earlier than the server's own instant. When
-the head's grant is due now, the same round trip grants each waiter behind it, in order, while their
-tokens are free now too (``RUN_MOST`` in all): never one ahead, so the rule above holds.
-
-A host stalled by the scheduler, a GC pause or SIGSTOP wakes with at most that one grant due. Nor
-is it used as it stands: counted at its instant, it would come on top of the grants the other clients
-made meanwhile. A reservation reached more than ``STALE_AFTER`` (5 ms, and a token's time) after its
-instant (reckoned from when it was asked for, so that a stall while the script ran counts too) is
-stale: its waiter takes the tokens afresh if they are free now, else reserves again behind the others
-(once per waiter, so that an overloaded host does not starve), and the stale tokens are lost.
-
-A waiter that leaves before its instant gives the reservation to the next waiter if that one asks
-for no more, else cancels it, in one round trip, by the script's rule: each rate nobody reserved
-from since takes it back. Tokens granted to a task cancelled before it resumes are lost: their
-instant has passed, and the other clients may have counted on it.
+The store answers in round trips, each a task of that loop that settles its own answer and wakes the loop's
+next pass: a reservation for the head, taken as the reply's arrival plus the script's delay (never earlier than
+the server's own instant; its stale span counted from when it was asked for, so that a stall while the script
+ran counts too). When the head's grant is due now, the same round trip grants each waiter behind it, in order,
+while their tokens are free now too (``RUN_MOST`` in all): never one ahead, so the queue's rule holds. A timed
+waiter behind others is refused at once, in a round trip of its own, when even the amounts up to its own could
+not come within its timeout, and fails at its deadline in any case.
 
 When Redis cannot answer, the store's ``on_error`` decides: ``StoreUnavailable`` for the waiter
 (``"raise"``), a grant the quota does not see (``"allow"``), or a grant of the fallback limiter. With
@@ -30,65 +17,37 @@ limiter's."""
 from __future__ import annotations
 
 import asyncio
-import collections
 import datetime
 import itertools
+import math
 import time
-from typing import Any, Coroutine, Sequence, cast
+import weakref
+from typing import Any, Callable, Coroutine, Sequence, cast
 
 from . import _params
 from ._capabilities import OTHER_LOOP
 from ._core import Bucket
-from ._limiter import Limiter, serve
+from ._limiter import serve
 from ._remote import OnItsLoop, on_its_loop
 from ._redis_slot import RedisSlot
 from ._reservation import RedisReservation
-from ._store import StoreCorrupt, StoreError
+from ._reserving import ReservingLimiter, Slot, Waiter
+from ._store import StoreCorrupt, StoreError, StoreUnavailable
 from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisStore, Reserved, definition
 
-STALE_AFTER = 0.005  # s: a reservation reached later than this (and than a token's time) is stale
 RUN_MOST = 64  # the most grants one round trip makes: the head's and those due with it
 RETRY_AFTER = 1.0  # s: with on_error "allow" or a fallback, how long Redis is left alone after it failed
-_FALLBACK = object()  # a waiter's result: take from the fallback limiter
+_FALLBACK = object()  # a grant's outcome: take from the fallback limiter
+_ALLOWED = object()  # a grant's outcome: let through, unlimited (on_error "allow")
 
 
-class _Waiter:
-    """One task waiting in the limiter's queue."""
-
-    __slots__ = ("future", "amount", "hold", "deadline", "enqueued", "expiry", "restarted")
-
-    def __init__(self, future: asyncio.Future[object], amount: float, hold: bool, deadline: float | None,
-                 now: float) -> None:
-        self.future = future  # its result: the Reserved it was granted, None (let through), or _FALLBACK
-        self.amount = amount
-        self.hold = hold  # a window's grant held until its block ends
-        self.deadline = deadline  # loop time, None for none
-        self.enqueued = now
-        self.expiry: asyncio.TimerHandle | None = None  # fails it at its deadline while it waits behind others
-        self.restarted = False  # gave up a stale reservation already
-
-
-class _Slot:
-    """The one reservation the limiter holds: for the head waiter, granted at loop time ``at``."""
-
-    __slots__ = ("reserved", "at", "due", "amount", "hold")
-
-    def __init__(self, reserved: Reserved, sent: float, received: float, amount: float, hold: bool) -> None:
-        self.reserved = reserved
-        self.at = received + reserved.delay / 1e9  # granted then: never before the server's instant
-        self.due = sent + reserved.delay / 1e9  # never after it: a stall while the script ran makes it late too
-        self.amount = amount
-        self.hold = hold
-
-
-class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
+class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
     """``Limiter(..., store=RedisStore(redis, key))``: see the module's doc. Made directly, its type
     shows the methods that talk to Redis as the coroutines they are here: ``await
     limiter.try_acquire()``, ``has_capacity``, ``read_tokens``, ``set_rate``, ``penalize``,
     ``retry_after``."""
 
-    __slots__ = ("_store", "_definition", "_queue", "_server", "_loop", "_counts", "_down_until", "_stale_after",
-                 "_held")
+    __slots__ = ("_store", "_definition", "_loop", "_down_until", "_held", "_holding", "_outcomes", "_trips")
 
     def __init__(self, max_rate: float | None = None, time_period: float = 60, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
@@ -106,12 +65,12 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
         self._store = store
         self._definition = definition
         self._held: list[bytes] = []  # records of grants held by `async with` blocks (a window's)
-        self._queue: collections.deque[_Waiter] = collections.deque()
-        self._server: asyncio.Task[Any] | None = None  # the task serving the queue's head
         self._loop: asyncio.AbstractEventLoop | None = None
-        # granted, granted tokens, waits, wait s total, wait s max, cancelled, timeouts
-        self._counts: list[float] = [0, 0.0, 0, 0.0, 0.0, 0, 0]
         self._down_until = -1.0
+        self._holding = False  # the waiter being queued holds its grant (a window's `async with`)
+        self._outcomes: weakref.WeakKeyDictionary[asyncio.Task[Any], object] = weakref.WeakKeyDictionary()
+        self._trips: set[asyncio.Task[None]] = set()  # round trips on their way, each settling its answer
+        self._start_queue()
 
     @property
     def store(self) -> RedisStore:
@@ -197,11 +156,6 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
         """Not here: the tokens live in Redis; ``await limiter.read_tokens()`` reads them."""
         raise TypeError("the tokens of a limiter over a RedisStore live in Redis: await limiter.read_tokens()")
 
-    @property
-    def waiting(self) -> int:
-        """Waiters of this limiter queued now."""
-        return sum(1 for w in self._queue if not w.future.done())
-
     @on_its_loop
     async def aset_rate(self, max_rate: float, time_period: float | None = None, *,
                         burst: float | None = None, index: int = 0) -> None:
@@ -244,34 +198,26 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
 
     @on_its_loop
     async def _acquire(self, amount: float, timeout: float | None, hold: bool = False) -> bytes | None:
-        """Waits for amount; the record of the grant if Redis made it and it is held, else None."""
+        """Waits for amount, in the queue the dispatcher of the limiter's loop serves; the record of the grant
+        if Redis made it and it is held, else None. Ends by its deadline: TimeoutError."""
         loop = self._check_loop()
-        now = loop.time()
-        waiter = _Waiter(loop.create_future(), amount, hold, None if timeout is None else now + timeout, now)
-        behind = bool(self._queue)
-        self._queue.append(waiter)  # first: its place is taken as it comes, whatever the check below awaits
+        dispatcher = self._owners.dispatcher(loop)
+        task = asyncio.current_task()
+        self._holding = hold  # read by _enqueue, which the wait below runs before it first suspends
+        deadline = asyncio.timeout(timeout)
         try:
-            if behind and timeout is not None:
-                waiter.expiry = loop.call_at(now + timeout, self._expire, waiter)  # until it is the head
-                await self._refuse_if_late(waiter, timeout)
-            if self._server is None:
-                if len(self._queue) == 1 and not waiter.future.done():
-                    await self._serve_alone(waiter, loop)
-                else:
-                    self._server = loop.create_task(self._serve(None))
-            result = await waiter.future
-        except asyncio.CancelledError:
-            if waiter.future.done() and not waiter.future.cancelled():  # granted, never used: lost
-                self._count_lost(amount)
-            else:
-                self._counts[5] += 1
-                if waiter.expiry is not None:
-                    waiter.expiry.cancel()
+            async with deadline:
+                await dispatcher.wait(self, amount, timeout)
+        except TimeoutError:
+            if deadline.expired():  # it left at its deadline: a timeout, not the cancel its leaving counted
+                self._counts[5] -= 1
+                self._counts[6] += 1
             raise
+        outcome = self._outcomes.pop(task, None) if task is not None else None
         fallback = self._store.fallback
-        if result is _FALLBACK and fallback is not None:
+        if outcome is _FALLBACK and fallback is not None:
             await fallback.acquire(amount)
-        return result.record if hold and isinstance(result, Reserved) else None
+        return outcome if hold and isinstance(outcome, bytes) else None
 
     @on_its_loop
     async def _end_hold_of(self, record: bytes) -> None:
@@ -281,245 +227,172 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
         except StoreError:
             pass
 
-    async def _refuse_if_late(self, waiter: _Waiter, timeout: float) -> None:
-        """For a waiter queued behind others: TimeoutError (its future's) at once, taking nothing, if even
-        the amounts up to and with its own could not come within timeout. Where Redis does not answer,
-        its reservation will meet that."""
-        if self._store_down():
-            return
-        ahead = min(sum(w.amount for w in self._queue if not w.future.done()), self.burst)
+    # ---- the queue's store: round trips to Redis, on the limiter's loop ----
+
+    def _store_now(self) -> float:
+        loop = self._loop
+        assert loop is not None
+        return loop.time()
+
+    def _waiter_extras(self) -> tuple[bool, Any]:
+        return self._holding, asyncio.current_task()
+
+    def _enqueue(self, amount: float, timeout: float | None, handle: Any, owner: object) -> int:
+        ident = super()._enqueue(amount, timeout, handle, owner)
+        if timeout is not None and len(self._queue) > 1 and not self._store_down():
+            ahead = min(sum(w.amount for w in self._queue.values()), self.burst)
+            self._start(self._refuse_if_late(ident, ahead, timeout))
+        return ident
+
+    async def _refuse_if_late(self, ident: int, ahead: float, timeout: float) -> None:
+        """For a waiter queued behind others: TimeoutError at once, taking nothing, if even the amounts up to
+        and with its own (ahead) could not come within timeout. Where Redis does not answer, its
+        reservation will meet that."""
         try:
             delay = await self._store.fit_delay(self._definition, ahead, timeout)
-        except StoreError:
+        except (StoreError, TimeoutError):  # its deadline keeps it
             return
-        except TimeoutError:  # no answer by its deadline: its expiry has failed it, or is about to
-            return
-        if delay > timeout * 1e9 and not waiter.future.done():
-            self._counts[6] += 1
-            waiter.future.set_exception(TimeoutError(f"{waiter.amount!r} tokens cannot be granted within "
-                                                     f"{timeout!r} s"))
+        if delay > timeout * 1e9:
+            self._settled(self._fail, ident, TimeoutError(f"{ahead!r} tokens cannot be granted within {timeout!r} s"))
 
-    def _expire(self, waiter: _Waiter) -> None:
-        """A waiter's deadline passed while it waited behind others."""
-        if not waiter.future.done():
-            self._counts[6] += 1
-            waiter.future.set_exception(TimeoutError(f"{waiter.amount!r} tokens were not granted in time"))
-
-    async def _serve_alone(self, waiter: _Waiter, loop: asyncio.AbstractEventLoop) -> None:
-        """The caller, alone in the queue, reserves for itself and is granted here if its grant is
-        due now (no task, no extra hop); a serving task takes over the rest: a wait, and whoever
-        queued meanwhile. loop: the running one, this limiter's (asking asyncio costs a system call
-        on 3.11)."""
-        self._server = asyncio.current_task()  # newcomers queue behind it and start no task of their own
-        slot = None
-        try:
-            slot = await self._reserve_for(waiter, loop)
-            if slot is not None and slot.at <= loop.time() and not waiter.future.done():
-                slot = await self._grant(waiter, slot, loop)
-        except BaseException:
-            if not waiter.future.done():
-                waiter.future.cancel()  # the caller is cancelled: what it reserved is lost, never granted twice
-            raise
-        finally:
-            self._server = None
-            if self._queue:
-                self._server = loop.create_task(self._serve(slot))
-
-    async def _serve(self, slot: _Slot | None) -> None:
-        """Serves the queue's head until the queue is empty, starting with the head's slot if it has
-        one: reserve, sleep, grant."""
-        loop = asyncio.get_running_loop()
-        try:
-            while self._queue:
-                waiter = self._queue[0]
-                if waiter.future.done():
-                    self._queue.popleft()
-                    if slot is not None:
-                        slot = await self._pass_on(slot)
-                    continue
-                if slot is None:
-                    slot = await self._reserve_for(waiter, loop)
-                    if slot is None:
-                        continue
-                await self._sleep_until(slot.at, waiter.future)
-                if waiter.future.done():
-                    continue  # left before its instant: the slot passes on at the top
-                slot = await self._grant(waiter, slot, loop)
-        except BaseException as error:  # its loop closing, or a reply it did not expect: nobody waits forever
-            for waiter in self._queue:
-                if not waiter.future.done():
-                    if isinstance(error, asyncio.CancelledError):
-                        waiter.future.cancel()
-                    else:
-                        waiter.future.set_exception(error)
-            self._queue.clear()
-            if not isinstance(error, Exception):
-                raise  # cancelled, or KeyboardInterrupt: not for the waiters to carry
-        finally:
-            self._server = None
-
-    async def _reserve_for(self, waiter: _Waiter, loop: asyncio.AbstractEventLoop) -> _Slot | None:
-        """A reservation for the head waiter; None once it is answered otherwise (granted without
-        Redis, failed, or left)."""
-        if waiter.expiry is not None:
-            waiter.expiry.cancel()  # Redis decides its deadline from here on
+    def _ask(self, ident: int, waiter: Waiter, now: float) -> None:
         if self._store_down():
-            self._settle_without_store(waiter, None)
-            return None
+            self._settle_without_store(ident, None)
+            return
+        self._asking = True
+        self._start(self._reserve_for(ident, waiter))
+
+    def _retake(self, slot: Slot, waiter: Waiter, now: float) -> None:
+        self._asking = True
+        self._start(self._take_afresh(slot, waiter))
+
+    def _give_back(self, record: Reserved) -> None:
+        self._start(self._cancel(record.record))
+
+    def _start(self, trip: Coroutine[Any, Any, None]) -> None:
+        """Runs a round trip on the limiter's loop; it settles its own answer."""
+        assert self._loop is not None
+        self._trips.add(task := self._loop.create_task(trip))
+        task.add_done_callback(self._trips.discard)
+
+    def _settled(self, settle: Callable[..., None], *args: Any) -> None:
+        """settle(*args) under the lock, then a pass of this loop's dispatcher, here, hands out what was settled
+        (and any other looks again)."""
+        with self._queue_lock:
+            settle(*args)
+        here = self._owners.dispatchers.get(asyncio.get_running_loop())
+        if here is not None:
+            here.guarded()
+        self._owners.retime(here)
+
+    async def _reserve_for(self, ident: int, waiter: Waiter) -> None:
+        """A reservation for the head waiter, and, when its grant is due now, the grants of the waiters behind
+        it whose tokens are free now too (one round trip)."""
+        loop = asyncio.get_running_loop()
         sent = loop.time()
-        within = None if waiter.deadline is None else waiter.deadline - sent
+        within = None if waiter.deadline == math.inf else waiter.deadline - sent
         wait = -1 if within is None else max(0, round(within * 1e9))
         followers = self._followers()
-        reserved: Reserved | int | None
+        reserved: Reserved | int | None | Exception
         more: list[Reserved] = []
         try:
             if followers:
                 reserved, more = await self._store.reserve_run(self._definition, waiter.amount, wait,
-                                                               [f.amount for f in followers], within)
+                                                               [f.amount for _, f in followers], within)
             else:
                 reserved = await self._store.reserve(self._definition, waiter.amount, wait, waiter.hold, within)
-        except (StoreError, ValueError) as error:
-            self._settle_without_store(waiter, error)
-            if isinstance(error, StoreError):  # the lost trip may have taken the followers' tokens too: each is
-                for follower in followers:     # answered as its head was, so that no failure hides a reservation
-                    self._settle_without_store(follower, error)
-            return None
-        except TimeoutError as error:  # no answer by the head's deadline: it fails, the others go on
-            self._queue.popleft()
-            if not waiter.future.done():
-                self._counts[6] += 1
-                waiter.future.set_exception(error)
-            return None
-        if isinstance(reserved, int):  # it fits only once held grants end: ask again when it would, were they to end now
-            await self._sleep_until(loop.time() + reserved / 1e9, waiter.future)
-            return None
-        slot = None if reserved is None else _Slot(reserved, sent, loop.time(), waiter.amount, waiter.hold)
-        if more:
-            assert slot is not None
-            if loop.time() - slot.due <= self._stale_after:
-                await self._grant_run(list(zip([waiter, *followers], [slot.reserved, *more])))
-                return None
-            # reached stale: the followers' grants are lost, as stale ones are; the head's is taken afresh
-        if waiter.future.done():  # left while the script ran
-            if slot is not None:
-                self._queue.popleft()
-                return await self._pass_on(slot)
-            return None
-        if slot is None:
-            self._queue.popleft()
-            self._counts[6] += 1
-            waiter.future.set_exception(TimeoutError(f"{waiter.amount!r} tokens cannot be granted within the timeout"))
-        return slot
+        except Exception as error:  # StoreError, TimeoutError, ValueError, or a reply it did not expect
+            reserved = error
+        finally:
+            self._asking = False
+        self._settled(self._answered, ident, waiter, followers, reserved, more, sent, loop.time())
 
-    def _followers(self) -> list[_Waiter]:
-        """The waiters behind the head whose grants the head's round trip may make too, if they are due
-        now: up to RUN_MOST - 1, in queue order; none for a window, whose grants are held one by one."""
-        followers: list[_Waiter] = []
+    def _answered(self, ident: int, waiter: Waiter, followers: list[tuple[int, Waiter]],
+                  reserved: Reserved | int | None | Exception, more: list[Reserved], sent: float,
+                  now: float) -> None:
+        """Settles the answer to a reservation for the head waiter ident (sent at sent, received at now)."""
+        if isinstance(reserved, TimeoutError):  # no answer by the head's deadline: it fails, the others go on
+            self._fail(ident, reserved)
+        elif isinstance(reserved, Exception):
+            self._settle_without_store(ident, reserved)
+            if isinstance(reserved, StoreError):  # the lost trip may have taken the followers' tokens too: each is
+                for follower, _ in followers:     # answered as its head was, so that no failure hides a grant
+                    self._settle_without_store(follower, reserved)
+        elif isinstance(reserved, int):  # it fits only once held grants end: ask again when it would, were they to
+            if ident in self._queue:     # end now
+                self._slot = Slot(ident, now + reserved / 1e9, math.inf, None, waiter.amount, waiter.hold)
+        elif reserved is None:
+            self._fail(ident, TimeoutError(f"{waiter.amount!r} tokens cannot be granted within the timeout"))
+        else:
+            slot = Slot(ident, now + reserved.delay / 1e9, sent + reserved.delay / 1e9, reserved, waiter.amount,
+                        waiter.hold)
+            if more and now - slot.due <= self._stale_after:
+                self._grant_run([(ident, waiter.amount, reserved), *((i, f.amount, r) for (i, f), r in
+                                                                     zip(followers, more))], now)
+            else:  # reached stale, a run's followers' grants are lost, as stale ones are; the head's is retaken
+                self._install(slot)
+
+    def _followers(self) -> list[tuple[int, Waiter]]:
+        """The waiters behind the head whose grants the head's round trip may make too, if they are due now:
+        up to RUN_MOST - 1, in queue order; none for a window, whose grants are held one by one."""
         if self._window:
-            return followers
-        for waiter in itertools.islice(self._queue, 1, None):
-            if len(followers) == RUN_MOST - 1:
-                break
-            if not waiter.future.done():
-                followers.append(waiter)
-        return followers
+            return []
+        return list(itertools.islice(self._queue.items(), 1, RUN_MOST))
 
-    async def _grant_run(self, grants: list[tuple[_Waiter, Reserved]]) -> None:
-        """Grants a run of reservations due now, each to its waiter in queue order. A grant whose waiter
-        left goes to the first waiter still queued if that one asks for no more, else back to Redis."""
-        loop = asyncio.get_running_loop()
+    def _grant_run(self, grants: list[tuple[int, float, Reserved]], now: float) -> None:
+        """Grants a run of reservations due now, each to its waiter in queue order; one whose waiter left is
+        spare (``_spare``), once the grants before it are made."""
         spare: list[tuple[float, Reserved]] = []
-        for waiter, reserved in grants:
-            if waiter.future.done():
-                spare.append((waiter.amount, reserved))
+        for ident, amount, reserved in grants:
+            if ident in self._queue:
+                self._grant_now(ident, now, reserved)
             else:
-                self._grant_now(waiter, reserved, loop)
+                spare.append((amount, reserved))
         for amount, reserved in spare:
-            self._pop_done()
-            if self._queue and self._queue[0].amount <= amount:
-                self._grant_now(self._queue[0], reserved, loop)
-            else:
-                await self._give_back(reserved)
-        self._pop_done()
+            self._spare(amount, False, reserved, now)
 
-    def _grant_now(self, waiter: _Waiter, reserved: Reserved, loop: asyncio.AbstractEventLoop) -> None:
-        """Hands a waiter its grant (it stays queued until popped)."""
-        if waiter.expiry is not None:
-            waiter.expiry.cancel()
-        self._count_grant(waiter.amount, max(0.0, loop.time() - waiter.enqueued), reserved)
-        waiter.future.set_result(reserved)
+    async def _take_afresh(self, slot: Slot, waiter: Waiter) -> None:
+        """A stale slot's waiter takes the tokens afresh if they are free now (one round trip), else reserves
+        again behind the others."""
+        loop = asyncio.get_running_loop()
+        try:
+            fresh: Reserved | int | None | Exception = await self._store.reserve(self._definition, waiter.amount,
+                                                                                     0, waiter.hold)
+        except Exception as error:
+            fresh = error
+        finally:
+            self._asking = False
+        self._settled(self._retaken, slot.ident, fresh, loop.time())
 
-    def _pop_done(self) -> None:
-        """Drops the waiters at the queue's front that have their answer or left."""
-        queue = self._queue
-        while queue and queue[0].future.done():
-            queue.popleft()
+    def _retaken(self, ident: int, fresh: Reserved | int | None | Exception, now: float) -> None:
+        if isinstance(fresh, Exception):
+            self._settle_without_store(ident, fresh)
+        elif isinstance(fresh, Reserved):
+            self._install(self._slot_now(ident, fresh, now))
+        elif ident in self._queue:
+            self._restarted = ident  # no room now: it reserves again, behind the others
 
-    async def _grant(self, waiter: _Waiter, slot: _Slot, loop: asyncio.AbstractEventLoop) -> _Slot | None:
-        """Grants the head its reservation, or, if it was reached stale, takes afresh or reserves again."""
-        late = loop.time() - slot.due
-        if late > self._stale_after and not waiter.restarted:
-            sent = loop.time()
-            try:
-                fresh = await self._store.reserve(self._definition, waiter.amount, 0, waiter.hold)
-            except (StoreError, ValueError) as error:
-                self._settle_without_store(waiter, error)
-                return None
-            if waiter.future.done():
-                if isinstance(fresh, Reserved):
-                    self._queue.popleft()
-                    return await self._pass_on(_Slot(fresh, sent, loop.time(), waiter.amount, waiter.hold))
-                return None
-            if not isinstance(fresh, Reserved):
-                waiter.restarted = True
-                return None  # no room now: it reserves again, behind the others
-            slot = _Slot(fresh, sent, loop.time(), waiter.amount, waiter.hold)
-        self._queue.popleft()
-        self._count_grant(waiter.amount, max(0.0, loop.time() - waiter.enqueued), slot.reserved)
-        waiter.future.set_result(slot.reserved)
-        return None
+    def _slot_now(self, ident: int, reserved: Reserved, now: float) -> Slot:
+        """A slot granted now, for waiter ident, whose amount and hold it takes."""
+        waiter = self._queue.get(ident)
+        amount, hold = (0.0, False) if waiter is None else (waiter.amount, waiter.hold)
+        return Slot(ident, now, now, reserved, amount, hold)
 
-    async def _pass_on(self, slot: _Slot) -> _Slot | None:
-        """A reservation its waiter left: to the next waiter if it asks for no more and its deadline
-        allows, else cancelled in Redis."""
-        for waiter in self._queue:
-            if waiter.future.done():
-                continue
-            if (waiter.amount <= slot.amount and waiter.hold == slot.hold
-                    and (waiter.deadline is None or slot.at <= waiter.deadline)):
-                if waiter.expiry is not None:
-                    waiter.expiry.cancel()
-                return slot
-            break
-        await self._give_back(slot.reserved)
-        return None
-
-    async def _give_back(self, reserved: Reserved) -> None:
+    async def _cancel(self, record: bytes) -> None:
         """Cancels a reservation in Redis, by the script's rule."""
         try:
-            await self._store.cancel(self._definition, reserved.record)
+            await self._store.cancel(self._definition, record)
         except (StoreError, ValueError):
             pass  # the tokens stay taken: stricter, never looser
 
-    @staticmethod
-    async def _sleep_until(at: float, leaves: asyncio.Future[object]) -> None:
-        """Sleeps until loop time at, or until the waiter leaves."""
-        loop = asyncio.get_running_loop()
-        if at <= loop.time() or leaves.done():
-            return
-        woken = loop.create_future()
+    def _grant_now(self, ident: int, now: float, record: Any, outcome: object = None) -> None:
+        """As the queue's, where a held grant's outcome is its record, for the end of its hold."""
+        if outcome is None and isinstance(record, Reserved) and self._queue[ident].hold:
+            outcome = record.record
+        super()._grant_now(ident, now, record, outcome)
 
-        def wake(_: object = None) -> None:
-            if not woken.done():
-                woken.set_result(None)
-
-        timer = loop.call_at(at, wake)
-        leaves.add_done_callback(wake)
-        try:
-            await woken
-        finally:
-            timer.cancel()
-            leaves.remove_done_callback(wake)
+    def _keep_outcome(self, task: Any, outcome: object) -> None:
+        self._outcomes[task] = outcome
 
     # ---- when Redis cannot answer ----
 
@@ -527,20 +400,19 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
         """Whether Redis failed lately and a fallback (or "allow") stands in for it now."""
         return self._store.on_error != "raise" and time.monotonic() < self._down_until
 
-    def _settle_without_store(self, waiter: _Waiter, error: Exception | None) -> None:
-        """Answers a queued waiter (the head, or a follower of its lost trip) without Redis: the amount's ValueError,
-        StoreCorrupt, StoreUnavailable, or on_error's grant (on_error stands in for a Redis that cannot answer, not
-        for one whose state is wrong)."""
-        self._queue.remove(waiter)
-        if waiter.future.done():  # it left while the script failed
+    def _settle_without_store(self, ident: int, error: Exception | None) -> None:
+        """Answers a queued waiter (the head, or a follower of its lost trip) without Redis: with error (the
+        amount's ValueError, StoreCorrupt, StoreUnavailable, or a reply it did not expect), or with on_error's
+        grant, which stands in for a Redis that cannot answer (error None: not asked), not for one whose state
+        is wrong. Under the lock."""
+        if ident not in self._queue:  # it left while the script failed
             return
-        if isinstance(error, (ValueError, StoreCorrupt)) or (error is not None and self._store.on_error == "raise"):
-            self._counts[5] += 1
-            waiter.future.set_exception(error)
+        if error is not None and (not isinstance(error, StoreUnavailable) or self._store.on_error == "raise"):
+            self._fail(ident, error)
             return
         if error is not None:
             self._down_until = time.monotonic() + RETRY_AFTER
-        waiter.future.set_result(None if self._store.on_error == "allow" else _FALLBACK)
+        self._grant_now(ident, self._store_now(), None, _ALLOWED if self._store.on_error == "allow" else _FALLBACK)
 
     async def _without_store(self, amount: float, *, blocking: bool, error: StoreError | None = None) -> bool:
         """on_error's answer for a call that Redis did not answer (or is not asked now)."""
@@ -561,42 +433,21 @@ class RedisLimiter(OnItsLoop, Limiter[RedisStore]):
     # ---- bookkeeping ----
 
     def _check_loop(self) -> asyncio.AbstractEventLoop:
-        """The running loop, the one this limiter serves; RuntimeError on another (its Redis client is bound to one)."""
+        """The running loop, the one this limiter serves; RuntimeError on another (its Redis client is bound to
+        one). After the loop it served closed, the next one: the waiters and round trips of the closed one are
+        gone, and a reservation it held is lost."""
         loop = asyncio.get_running_loop()
-        if self._loop is None or self._loop.is_closed() and self._server is None:
+        if self._loop is None or self._loop.is_closed():
+            if self._loop is not None:
+                with self._queue_lock:
+                    self._slot, self._asking = None, False
+                self._trips.clear()
+                self._loop = loop
+                self._drop_closed()
             self._loop = loop
         elif loop is not self._loop:
             raise RuntimeError(OTHER_LOOP)
         return loop
-
-    def _as_good_as_new(self) -> bool:
-        """Whether it holds nothing of its own (the rates are in Redis): nobody waits, nothing is on its way."""
-        return not self._queue and self._server is None
-
-    def _time_precisely(self) -> None:
-        super()._time_precisely()
-        self._stale_after = max(STALE_AFTER, min(r.ns_per_token for r in self._rates) / 1e9)
-
-    def _count_grant(self, amount: float, waited: float | None, reserved: Reserved) -> None:
-        """Counts a grant of reserved, at once (waited None) or after a wait of waited s."""
-        counts = self._counts
-        counts[0] += 1
-        counts[1] += amount
-        if waited is not None:
-            counts[2] += 1
-            counts[3] += waited
-            counts[4] = max(counts[4], waited)
-
-    def _count_lost(self, amount: float) -> None:
-        """Uncounts a grant its task never used."""
-        counts = self._counts
-        counts[0] -= 1
-        counts[1] -= amount
-        counts[5] += 1
-
-    def _stats(self) -> tuple[int, float, int, float, float, int, int]:
-        granted, tokens, waits, total, most, cancelled, timeouts = self._counts
-        return (int(granted), float(tokens), int(waits), float(total), float(most), int(cancelled), int(timeouts))
 
 
 serve("redis", RedisLimiter)
