@@ -375,10 +375,10 @@ def test_a_lost_run_of_grants_fails_every_waiter_it_may_have_taken_for(run: Run[
     was granted plus what the failures took (the followers were asked again, and granted, before: the lost
     trip's reservations for them were counted nowhere)."""
     async def main() -> None:
-        client = LosesAReply(host="127.0.0.1", port=redis_server.port, retry=Retry(NoBackoff(), 0), lose=2)
+        client = LosesAReply(host="127.0.0.1", port=redis_server.port, retry=Retry(NoBackoff(), 0), lose=3)
         try:
             limiter = aiotb.Limiter(1, PERIOD, burst=BURST, store=aiotb.RedisStore(client, "lost-run"))
-            await limiter.acquire()  # the first trip; then the five, queued before their trip starts, in one
+            await limiter.acquire()  # the first trip; then the head of the five alone, then the four behind it in one
             waiters = [asyncio.ensure_future(limiter.acquire()) for _ in range(5)]
             results = await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), WITHIN)
             failed = [r for r in results if isinstance(r, aiotb.StoreUnavailable)]

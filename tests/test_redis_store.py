@@ -359,9 +359,9 @@ def test_one_round_trip_grants_every_queued_waiter_whose_tokens_are_free_now(run
         while len(order) < 10:
             await asyncio.sleep(0.005)
         await asyncio.sleep(0.05)  # the 11th's reservation, due in half an hour, made
-        # the round trip starts once the loop runs it, with all 14 queued: the first and 9 more in it (and no
-        # more: the 11th is not due now), then one reservation ahead
-        assert order == list(range(10)) and client.trips == 2
+        # the first alone, in its own task; 9 more in one trip (and no more: the 11th is not due now), then one
+        # reservation ahead
+        assert order == list(range(10)) and client.trips == 3
         assert limiter.stats().granted == 10 and limiter.waiting == 4
         for task in tasks:
             task.cancel()
@@ -370,7 +370,7 @@ def test_one_round_trip_grants_every_queued_waiter_whose_tokens_are_free_now(run
             if not limiter._trips:
                 break
             await asyncio.sleep(0.01)
-        assert client.trips == 3 and await limiter.read_tokens() == pytest.approx(0, abs=1e-2)
+        assert client.trips == 4 and await limiter.read_tokens() == pytest.approx(0, abs=1e-2)
         assert await limiter.store.fit_delay(limiter._definition, 1) == pytest.approx(1800e9, abs=1e9)
         await closed(limiter, None)
 
@@ -380,7 +380,7 @@ def test_one_round_trip_grants_every_queued_waiter_whose_tokens_are_free_now(run
 @pytest.mark.parametrize("next_amount, given_to_next", [(1, True), (2, False)])
 def test_a_grant_whose_waiter_left_during_the_round_trip_goes_on_or_back(run: Run[None], redis_url: str,
                                                                        next_amount: int, given_to_next: bool) -> None:
-    """A, B and C are granted 3 tokens in the first trip, which starts with the four queued (D's amount is not due
+    """A, alone, takes 1 of 3 tokens in its own task; B and C are granted in the next trip (D's amount is not due
     with them), and C leaves while it runs: its token goes to D if D asks for no more, else back to Redis (C's was the
     last reservation, so Redis restores it)."""
     async def main() -> None:
@@ -390,13 +390,13 @@ def test_a_grant_whose_waiter_left_during_the_round_trip_goes_on_or_back(run: Ru
         async def c_leaves() -> None:
             tasks[2].cancel()
 
-        client.after[1] = c_leaves
+        client.after[2] = c_leaves
         await asyncio.gather(*tasks[:2])
         with pytest.raises(asyncio.CancelledError):
             await tasks[2]
         if given_to_next:
             await tasks[3]
-            assert client.trips == 1  # D took C's grant: no trip of its own
+            assert client.trips == 2  # D took C's grant: no trip of its own
         else:
             await asyncio.sleep(0.05)
             assert not tasks[3].done()
@@ -414,9 +414,8 @@ def test_a_grant_whose_waiter_left_during_the_round_trip_goes_on_or_back(run: Ru
 
 
 def test_a_run_of_grants_reached_stale_is_not_used(run: Run[None], redis_url: str) -> None:
-    """The process stalls 50 ms (over the 10 ms of a token) while the trip of A, B and C runs: their grants are
-    stale when it reads them and go unused, as a stale reservation does; A takes afresh, then B and C come in one
-    more trip."""
+    """The process stalls 50 ms (over the 10 ms of a token) while B and C's trip runs: their grants are
+    stale when it reads them and go unused, as a stale reservation does; B takes afresh, C reserves again."""
     async def main() -> None:
         limiter, client = counted_on(redis_url, 100, 1, burst=3)
         order: list[str] = []
@@ -427,10 +426,14 @@ def test_a_run_of_grants_reached_stale_is_not_used(run: Run[None], redis_url: st
         async def take(name: str) -> None:
             await limiter.acquire()
             order.append(name)
+            if name == "A":  # the next trip is B and C's (A's own took one, or two where it came back stale)
+                alone.append(client.trips)
+                client.after[client.trips + 1] = stall
 
-        client.after[1] = stall
+        alone: list[int] = []
         await asyncio.gather(take("A"), take("B"), take("C"))
-        assert order == ["A", "B", "C"] and client.trips == 3
+        # B and C's lost trip, B afresh, C again
+        assert order == ["A", "B", "C"] and client.trips == alone[0] + 3
         assert limiter.stats().granted == 3
         await closed(limiter, None)
 

@@ -39,6 +39,7 @@ RUN_MOST = 64  # the most grants one round trip makes: the head's and those due 
 RETRY_AFTER = 1.0  # s: with on_error "allow" or a fallback, how long Redis is left alone after it failed
 _FALLBACK = object()  # a grant's outcome: take from the fallback limiter
 _ALLOWED = object()  # a grant's outcome: let through, unlimited (on_error "allow")
+_QUEUED = object()  # the lone caller was not granted at once: it waits in the queue, at its head
 
 
 class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
@@ -47,7 +48,8 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
     limiter.try_acquire()``, ``has_capacity``, ``read_tokens``, ``set_rate``, ``penalize``,
     ``retry_after``."""
 
-    __slots__ = ("_store", "_definition", "_loop", "_down_until", "_held", "_holding", "_outcomes", "_trips")
+    __slots__ = ("_store", "_definition", "_loop", "_down_until", "_held", "_holding", "_outcomes", "_trips",
+                 "_front", "_lone")
 
     def __init__(self, max_rate: float | None = None, time_period: float = 60, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
@@ -70,6 +72,8 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         self._holding = False  # the waiter being queued holds its grant (a window's `async with`)
         self._outcomes: weakref.WeakKeyDictionary[asyncio.Task[Any], object] = weakref.WeakKeyDictionary()
         self._trips: set[asyncio.Task[None]] = set()  # round trips on their way, each settling its answer
+        self._front: tuple[Reserved | int, float, float] | None = None  # the lone caller's answer, sent, received
+        self._lone = 0  # 1 while the caller of an idle limiter asks Redis in its own task
         self._start_queue()
 
     @property
@@ -105,7 +109,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         others wait in this limiter's queue (fair)."""
         x = self._checked_amount(amount)
         self._check_loop()
-        if self._fair and self._queue:
+        if self._fair and (self._queue or self._asking):
             return False
         if self._store_down():
             return await self._without_store(x, blocking=False)
@@ -142,7 +146,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
     async def ahas_capacity(self, amount: float = 1) -> bool:
         """Whether ``try_acquire(amount)`` would take the tokens now (one round trip; takes nothing)."""
         x = self._checked_amount(amount)
-        if self._fair and self._queue:
+        if self._fair and (self._queue or self._asking):
             return False
         return await self._store.fit_delay(self._definition, x) <= 0
 
@@ -201,6 +205,12 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         """Waits for amount, in the queue the dispatcher of the limiter's loop serves; the record of the grant
         if Redis made it and it is held, else None. Ends by its deadline: TimeoutError."""
         loop = self._check_loop()
+        if not (self._queue or self._slot or self._asking or self._store_down()):
+            alone = await self._alone(loop, amount, timeout, hold)
+            if alone is not _QUEUED:
+                return alone if isinstance(alone, bytes) else None
+            assert self._front is not None
+            timeout = None if timeout is None else max(0.0, timeout - (self._front[2] - self._front[1]))
         dispatcher = self._owners.dispatcher(loop)
         task = asyncio.current_task()
         self._holding = hold  # read by _enqueue, which the wait below runs before it first suspends
@@ -218,6 +228,48 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         if outcome is _FALLBACK and fallback is not None:
             await fallback.acquire(amount)
         return outcome if hold and isinstance(outcome, bytes) else None
+
+    async def _alone(self, loop: asyncio.AbstractEventLoop, amount: float, timeout: float | None,
+                     hold: bool) -> object:
+        """The caller of a limiter nobody else waits on asks Redis in its own task: no round trip task, no pass to
+        wake it. Granted now: the record (held) or None. Else _QUEUED, the answer kept in _front for the queue
+        to take at its head; the waiters that came meanwhile queue behind it."""
+        self._asking = True
+        self._lone = 1
+        sent = loop.time()
+        wait = -1 if timeout is None else max(0, round(timeout * 1e9))
+        try:
+            reserved = await self._store.reserve(self._definition, amount, wait, hold, timeout)
+        except BaseException as error:
+            self._lone = 0
+            self._settled(self._asked)
+            if isinstance(error, StoreUnavailable) and self._store.on_error != "raise":
+                await self._without_store(amount, blocking=True, error=error)
+                return None
+            self._counts[6 if isinstance(error, TimeoutError) else 5] += 1
+            raise
+        received = loop.time()
+        self._lone = 0
+        if (isinstance(reserved, Reserved) and reserved.delay <= 0
+                and received - sent <= self._stale_after):
+            self._count_grant(amount, received - sent, reserved)
+            self._settled(self._asked)
+            return reserved.record if hold else None
+        if reserved is None:
+            self._settled(self._asked)
+            self._counts[6] += 1
+            raise TimeoutError(f"{amount!r} tokens cannot be granted within {timeout!r} s")
+        self._front = (reserved, sent, received)
+        return _QUEUED
+
+    @property
+    def waiting(self) -> int:
+        """Callers of this limiter waiting now: those queued, and one asking Redis alone."""
+        return len(self._queue) + self._lone
+
+    def _asked(self) -> None:
+        """The lone caller's round trip is back: the waiters that came meanwhile may ask."""
+        self._asking = False
 
     @on_its_loop
     async def _end_hold_of(self, record: bytes) -> None:
@@ -239,6 +291,13 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
 
     def _enqueue(self, amount: float, timeout: float | None, handle: Any, owner: object) -> int:
         ident = super()._enqueue(amount, timeout, handle, owner)
+        front, self._front = self._front, None
+        if front is not None:  # the lone caller's answer came: it goes first, with it
+            with self._queue_lock:
+                self._queue.move_to_end(ident, last=False)
+                self._asking = False
+                self._answered(ident, self._queue[ident], [], front[0], [], front[1], front[2])
+            return ident
         if timeout is not None and len(self._queue) > 1 and not self._store_down():
             ahead = min(sum(w.amount for w in self._queue.values()), self.burst)
             self._start(self._refuse_if_late(ident, ahead, timeout))
@@ -441,6 +500,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
             if self._loop is not None:
                 with self._queue_lock:
                     self._slot, self._asking = None, False
+                self._front, self._lone = None, 0
                 self._trips.clear()
                 self._loop = loop
                 self._drop_closed()
