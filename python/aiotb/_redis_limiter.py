@@ -242,7 +242,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
             reserved = await self._store.reserve(self._definition, amount, wait, hold, timeout)
         except BaseException as error:
             self._lone = 0
-            self._settled(self._asked)
+            self._asked()
             if isinstance(error, StoreUnavailable) and self._store.on_error != "raise":
                 await self._without_store(amount, blocking=True, error=error)
                 return None
@@ -253,10 +253,10 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         if (isinstance(reserved, Reserved) and reserved.delay <= 0
                 and received - sent <= self._stale_after):
             self._count_grant(amount, received - sent, reserved)
-            self._settled(self._asked)
+            self._asked()
             return reserved.record if hold else None
         if reserved is None:
-            self._settled(self._asked)
+            self._asked()
             self._counts[6] += 1
             raise TimeoutError(f"{amount!r} tokens cannot be granted within {timeout!r} s")
         self._front = (reserved, sent, received)
@@ -268,8 +268,12 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         return len(self._queue) + self._lone
 
     def _asked(self) -> None:
-        """The lone caller's round trip is back: the waiters that came meanwhile may ask."""
-        self._asking = False
+        """The lone caller's round trip is back: the waiters that came meanwhile, if any, may ask now."""
+        with self._queue_lock:
+            self._asking = False
+            if not self._queue:
+                return
+        self._pass_here()
 
     @on_its_loop
     async def _end_hold_of(self, record: bytes) -> None:
@@ -339,6 +343,10 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         (and any other looks again)."""
         with self._queue_lock:
             settle(*args)
+        self._pass_here()
+
+    def _pass_here(self) -> None:
+        """A pass of this loop's dispatcher, here: it hands out what was settled, and the other owners look again."""
         here = self._owners.dispatchers.get(asyncio.get_running_loop())
         if here is not None:
             here.guarded()
