@@ -38,7 +38,6 @@ from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisStore, Reserved, def
 RUN_MOST = 64  # the most grants one round trip makes: the head's and those due with it
 RETRY_AFTER = 1.0  # s: with on_error "allow" or a fallback, how long Redis is left alone after it failed
 _FALLBACK = object()  # a grant's outcome: take from the fallback limiter
-_ALLOWED = object()  # a grant's outcome: let through, unlimited (on_error "allow")
 _QUEUED = object()  # the lone caller was not granted at once: it waits in the queue, at its head
 
 
@@ -479,7 +478,8 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
             return
         if error is not None:
             self._down_until = time.monotonic() + RETRY_AFTER
-        self._grant_now(ident, self._store_now(), None, _ALLOWED if self._store.on_error == "allow" else _FALLBACK)
+        # on_error "allow": no outcome, let through unlimited
+        self._grant_now(ident, self._store_now(), None, None if self._store.on_error == "allow" else _FALLBACK)
 
     async def _without_store(self, amount: float, *, blocking: bool, error: StoreError | None = None) -> bool:
         """on_error's answer for a call that Redis did not answer (or is not asked now)."""
