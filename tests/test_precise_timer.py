@@ -138,7 +138,7 @@ def test_a_short_wait_is_timed_by_the_precise_timer_watched_only_while_armed(lib
     PreciseTimer = precise_or_skip(lib)
 
     async def main() -> None:
-        limiter = lib.Limiter(1000, 1, burst=1)  # a grant every ms
+        limiter = lib.Limiter(100, 1, burst=1)  # a grant every 10 ms: a short wait, even where the loop runs slowly
         await limiter.acquire()
         waiter = asyncio.ensure_future(limiter.acquire())
         await asyncio.sleep(0)
@@ -295,7 +295,7 @@ def test_a_precise_timer_firing_after_its_limiter_is_gone_closes(lib, run):
         pass
 
     async def main() -> None:
-        limiter = lib.Limiter(1000, 1, burst=1)
+        limiter = lib.Limiter(100, 1, burst=1)  # 10 ms a token: the second waits, even where the loop runs slowly
         await limiter.acquire()
         await asyncio.wait_for(limiter.acquire(), 5)
         dispatcher = _dispatcher(limiter)

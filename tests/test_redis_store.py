@@ -748,6 +748,30 @@ def test_a_held_grant_keeps_its_window_until_the_block_ends(run: Run[None], redi
     run(main())
 
 
+def test_a_held_grant_reached_stale_is_not_left_held(run: Run[None], redis_url: str) -> None:
+    """The process stalls 150 ms (over the 100 ms of a token of 2 per 0.2 s) while the trip of a slot's held grant
+    runs: the grant is stale when it reads it, so the slot takes afresh, and the stale grant's hold ends then (it
+    counts a period from then, as a stale grant is lost), rather than stay held in Redis."""
+    async def main() -> None:
+        client = Trips.from_url(redis_url)
+        limiter = aiotb.WindowLimiter(2, 0.2, store=aiotb.RedisStore(client, KEY))
+        other = window_on(redis_url, 2, 0.2)
+
+        async def stall() -> None:
+            time.sleep(0.15)
+
+        client.after[1] = stall
+        async with limiter.slot(1):
+            pass
+        assert client.trips == 4  # the stale grant, its hold ended, the grant afresh, its hold ended
+        await asyncio.sleep(0.25)  # both grants a period old
+        assert await other.read_tokens() == pytest.approx(2)
+        await other.store.redis.aclose()
+        await closed(limiter, None)
+
+    run(main())
+
+
 def test_a_window_slot_released_early_and_a_bare_acquire(run: Run[None], redis_url: str) -> None:
     async def main() -> None:
         limiter, other = window_on(redis_url, 2, 0.2), window_on(redis_url, 2, 0.2)

@@ -325,6 +325,8 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         self._start(self._reserve_for(ident, waiter))
 
     def _retake(self, slot: Slot, waiter: Waiter, now: float) -> None:
+        if slot.hold and isinstance(slot.record, Reserved):  # lost as a stale grant is: held no longer, it counts
+            self._start(self._end_hold_of(slot.record.record))  # a period from now
         self._asking = True
         self._start(self._take_afresh(slot, waiter))
 
