@@ -96,8 +96,9 @@ def test_libfuzzer_run(tmp_path: Path, harness: str) -> None:
         place = tmp_path / f"fuzzer-{number}"
         corpus = place / "corpus"
         shutil.copytree(HARNESSES[harness].corpus, corpus)  # libFuzzer adds what it finds to the first directory
-        command = [str(binary), f"-runs={HARNESSES[harness].executions // FUZZERS}", "-print_final_stats=1", *HARNESSES[harness].options,
-                   f"-artifact_prefix={place}/", f"-seed={0 if LONG else number}", str(corpus)]
+        command = [str(binary), f"-runs={HARNESSES[harness].executions // FUZZERS}", "-print_final_stats=1",
+                   *HARNESSES[harness].options, f"-artifact_prefix={place}/", f"-seed={0 if LONG else number}",
+                   str(corpus)]
         with open(place / "stderr", "w") as log:  # a file, not a pipe: a full pipe would stop its fuzzer
             fuzzers.append((place, subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, env=env,
                                                     cwd=place)))

@@ -32,15 +32,20 @@ def limiter_on(lib: SimpleNamespace, url: str, *args: Any, key: str = KEY, **kwa
     return package.Limiter(*args, store=package.RedisStore(url, key), **kwargs)
 
 
-async def closed(limiter: Any, result: T) -> T:
-    """result, once the limiter's round trips on their way are done (a reservation given back) and its client is
-    closed: the loop ends with no open connection, nor a task waiting on one."""
+async def trips_done(limiter: Any) -> None:
+    """Returns once the limiter's round trips on their way (a reservation given back, a hold ended) are done;
+    AssertionError after 30 s."""
     for _ in range(3000):
         if not getattr(limiter, "_trips", None):
-            break
+            return
         await asyncio.sleep(0.01)
-    else:
-        raise AssertionError(f"{limiter!r}: round trips still on their way after 30 s")
+    raise AssertionError(f"{limiter!r}: round trips still on their way after 30 s")
+
+
+async def closed(limiter: Any, result: T) -> T:
+    """result, once the limiter's round trips on their way are done and its client is closed: the loop ends with no
+    open connection, nor a task waiting on one."""
+    await trips_done(limiter)
     await limiter.store.redis.aclose()
     return result
 
@@ -377,10 +382,7 @@ def test_one_round_trip_grants_every_queued_waiter_whose_tokens_are_free_now(run
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for _ in range(100):  # the reservation ahead goes back to Redis in a round trip of the limiter's loop
-            if not limiter._trips:
-                break
-            await asyncio.sleep(0.01)
+        await trips_done(limiter)  # the reservation ahead goes back to Redis in a round trip of the limiter's loop
         assert client.trips == 4 and await limiter.read_tokens() == pytest.approx(0, abs=1e-2)
         assert await limiter.store.fit_delay(limiter._definition, 1) == pytest.approx(1800e9, abs=1e9)
         await closed(limiter, None)
@@ -413,10 +415,7 @@ def test_a_grant_whose_waiter_left_during_the_round_trip_goes_on_or_back(run: Ru
             assert not tasks[3].done()
             tasks[3].cancel()
             await asyncio.gather(tasks[3], return_exceptions=True)
-            for _ in range(100):
-                if not limiter._trips:
-                    break
-                await asyncio.sleep(0.01)
+            await trips_done(limiter)
             assert await limiter.read_tokens() == pytest.approx(1, abs=1e-2)  # C's token back in Redis
         assert limiter.stats().granted == 2 + given_to_next and limiter.stats().cancelled == 2 - given_to_next
         await closed(limiter, None)
@@ -514,10 +513,7 @@ def test_a_cancelled_waiter_gives_its_reservation_back(run: Run[None], redis_url
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
-        for _ in range(100):  # the cancel reaches Redis in a round trip of the limiter's loop
-            if not limiter._trips:
-                break
-            await asyncio.sleep(0.01)
+        await trips_done(limiter)  # the cancel reaches Redis in a round trip of the limiter's loop
         # reserved and given back (nobody reserved after it): the next token comes in an hour, not two
         assert await other.store.fit_delay(other._definition, 1) == pytest.approx(3600e9, abs=1e9)
         assert limiter.stats().cancelled == 1 and limiter.stats().waiting == 0
@@ -763,6 +759,7 @@ def test_a_held_grant_reached_stale_is_not_left_held(run: Run[None], redis_url: 
         client.after[1] = stall
         async with limiter.slot(1):
             pass
+        await trips_done(limiter)
         assert client.trips == 4  # the stale grant, its hold ended, the grant afresh, its hold ended
         await asyncio.sleep(0.25)  # both grants a period old
         assert await other.read_tokens() == pytest.approx(2)
@@ -804,10 +801,7 @@ def test_window_timeouts_cancels_and_changes(run: Run[None], redis_url: str) -> 
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
-        for _ in range(100):  # the cancel reaches Redis in a round trip of the limiter's loop
-            if not other._trips:
-                break
-            await asyncio.sleep(0.01)
+        await trips_done(other)  # the cancel reaches Redis in a round trip of the limiter's loop
         await other.aset_rate(4)  # 4 in an hour from now on: 2 more
         assert await limiter.atry_acquire(2)
         assert not await limiter.atry_acquire(1)  # the cancelled one left the log: 4 in all, not 5

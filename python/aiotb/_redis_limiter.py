@@ -6,10 +6,11 @@ task, with no round-trip task or pass to wake it: granted when the reply comes i
 else first in the queue with that answer. Otherwise the store answers in round trips, each a task of that
 loop that settles its own answer and wakes the loop's next pass: a reservation for the head, taken as the
 reply's arrival plus the script's delay (never earlier than the server's own instant; its stale span counted
-from when it was asked for, so that a stall while the script ran counts too). When the head's grant is due now, the same round trip grants each waiter behind it, in order,
-while their tokens are free now too (``RUN_MOST`` in all): never one ahead, so the queue's rule holds. A timed
-waiter behind others is refused at once, in a round trip of its own, when even the amounts up to its own could
-not come within its timeout, and fails at its deadline in any case.
+from when it was asked for, so that a stall while the script ran counts too). When the head's grant is due
+now, the same round trip grants each waiter behind it, in order, while their tokens are free now too
+(``RUN_MOST`` in all): never one ahead, so the queue's rule holds. A timed waiter behind others is refused at
+once, in a round trip of its own, when even the amounts up to its own could not come within its timeout, and
+fails at its deadline in any case.
 
 When Redis cannot answer, the store's ``on_error`` decides: ``StoreUnavailable`` for the waiter
 (``"raise"``), a grant the quota does not see (``"allow"``), or a grant of the fallback limiter. With
