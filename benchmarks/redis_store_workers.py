@@ -40,13 +40,14 @@ import statistics
 import sys
 import time
 from functools import partial
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, cast
 
 import shared_workers
 from crew import run_role
 from aiotb import RedisStore
 from aiotb._redis_limiter import RedisLimiter
-from aiotb._store_redis import Lease, Reserved
+from aiotb._store import Reserved
+from aiotb._store_redis import Lease, RedisLease, RedisRates
 
 START_TIMEOUT = 120.0  # s a worker waits for its start instant
 SPIN_NS = 2_000_000  # the last 2 ms before the start are spun, not slept: the loop's timer rounds to 1 ms
@@ -91,6 +92,15 @@ class LoggedStore(RedisStore):
         self.reservations: list[tuple[int, int, int, int, int, int]] = []
         self.cancels = 0
 
+    def bind(self, rates: Any) -> LoggedRates:
+        return LoggedRates(self, super().bind(rates).definition)
+
+
+class LoggedRates(RedisRates):
+    """The rates of a LoggedStore: each reservation and cancel logged on the store."""
+
+    __slots__ = ()
+
     async def reserve(self, *args: Any, **kwargs: Any) -> Any:
         sent = time.monotonic_ns()
         reserved = await super().reserve(*args, **kwargs)
@@ -106,14 +116,16 @@ class LoggedStore(RedisStore):
     def _log(self, answers: list[Any], sent: int) -> None:
         """Logs the reservations among the answers of one round trip sent at sent, replied now."""
         replied = time.monotonic_ns()
+        log = cast("LoggedStore", self.store)
         for reserved in answers:
             if isinstance(reserved, Reserved):
                 epoch, before, after = record_instants(reserved.record)
-                self.reservations.append((epoch, before, after, reserved.at, replied - sent, replied))
+                log.reservations.append((epoch, before, after, reserved.at, replied - sent, replied))
 
-    async def cancel(self, definition: str, record: bytes) -> int:
-        self.cancels += 1
-        return await super().cancel(definition, record)
+    async def cancel(self, record: bytes) -> int:
+        log = cast("LoggedStore", self.store)
+        log.cancels += 1
+        return await super().cancel(record)
 
 
 class LoggedLimiter(RedisLimiter):
@@ -301,8 +313,8 @@ def contenders(url: str, port: int, opened: list[Any], one_connection: bool = Fa
 
     async def aiotb_reserve(name: str) -> Callable[[], Any]:
         limiter = aiotb_limiter(name)
-        store, definition = limiter.store, limiter._definition  # what try_acquire passes
-        return lambda: store.reserve(definition, 1.0, 0)
+        rates = limiter._store_rates  # what try_acquire calls
+        return lambda: rates.reserve(1.0, 0)
 
     async def pyrate_log(name: str) -> Callable[[], Any]:
         from pyrate_limiter import Duration, Limiter as PyrateLimiter, Rate, RedisBucket
@@ -349,7 +361,7 @@ def contenders(url: str, port: int, opened: list[Any], one_connection: bool = Fa
         Contender("aiotb_acquire", "aiotb `await limiter.acquire()`", "aiotb", aiotb_acquire,
                   lambda answer: answer is None),
         Contender("aiotb_try", "aiotb `await limiter.atry_acquire()`", "aiotb", aiotb_try, true),
-        Contender("aiotb_reserve", "aiotb `await store.reserve(definition, 1.0, 0)` (the store call)", "aiotb",
+        Contender("aiotb_reserve", "aiotb `await rates.reserve(1.0, 0)` (the store call)", "aiotb",
                   aiotb_reserve, lambda answer: answer is not None),
         Contender("pyrate_log", "pyrate-limiter `RedisBucket` (sliding-window log)", "pyrate", pyrate_log, true),
         Contender("pyrate_gcra", "pyrate-limiter `StateBucket(GCRA)` on `RedisStateStore`", "pyrate", pyrate_gcra,
@@ -574,15 +586,26 @@ class LoggedLeaseStore(RedisStore):
         self.leases: list[tuple[int, int, int, int, int, int, int]] = []
         self.releases = 0
 
-    async def lease_units(self, definition: str, holder: str, have: int, want: int, give_back: float) -> Lease:
+    def bind_lease(self, rates: Any) -> LoggedLease:
+        return LoggedLease(self, super().bind_lease(rates).definition)
+
+
+class LoggedLease(RedisLease):
+    """The lease of a LoggedLeaseStore: each lease call logged on the store."""
+
+    __slots__ = ()
+
+    async def lease_units(self, holder: str, have: int, want: int, give_back: float) -> Lease:
         sent = time.monotonic_ns()
-        lease = await super().lease_units(definition, holder, have, want, give_back)
-        self.leases.append((sent, time.monotonic_ns(), have, want, lease.units, lease.share, int(lease.fresh)))
+        lease = await super().lease_units(holder, have, want, give_back)
+        log = cast("LoggedLeaseStore", self.store)
+        log.leases.append((sent, time.monotonic_ns(), have, want, lease.units, lease.share, int(lease.fresh)))
         return lease
 
-    async def release_units(self, definition: str, holder: str, give_back: float) -> None:
-        self.releases += 1
-        await super().release_units(definition, holder, give_back)
+    async def release_units(self, holder: str, give_back: float) -> None:
+        log = cast("LoggedLeaseStore", self.store)
+        log.releases += 1
+        await super().release_units(holder, give_back)
 
 
 def take_leased(spec: dict[str, Any], conn: Any) -> dict[str, Any]:

@@ -239,7 +239,7 @@ def test_credentials_appear_in_no_repr_and_no_message(run: Run[None]) -> None:
             store = store_of(url, "secret")
             limiter = aiotb.Limiter(10, 1, store=store)
             window = aiotb.WindowLimiter(10, 1, store=store_of(url, "secret-window"))
-            seen += [repr(store), repr(limiter), repr(window), repr(store._for_key("k"))]
+            seen += [repr(store), repr(limiter), repr(window), repr(store.for_key("k"))]
             assert await asyncio.wait_for(limiter.atry_acquire(), WITHIN) is True  # the credentials work
             other = aiotb.Limiter(5, 1, store=store)
             with pytest.raises(ValueError) as mismatch:

@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 import aiotb
 import pytest
 from aiotb import _store_redis
+from aiotb._store_redis import RedisLease
 from conftest import ClientClock
 from redis_workers import lease_take_for
 from spawned import excess, run_workers
@@ -55,19 +56,19 @@ def script(client_clock: ClientClock, redis_url: str) -> SimpleNamespace:
 def test_units_are_split_max_min_fairly_over_the_wants(run: Run[None], script: SimpleNamespace) -> None:
     async def main() -> None:
         s, d = script.store, script.definition
-        a = await s.lease_units(d, "a", 0, 8, 0.0)
+        a = await RedisLease(s, d).lease_units("a", 0, 8, 0.0)
         assert (a.units, a.share, a.fresh, a.tokens) == (8, 8, True, 8.0)  # a new key: every unit full
-        b = await s.lease_units(d, "b", 0, 8, 0.0)
+        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0)
         assert (b.units, b.share) == (0, 4)  # its share is half, but a holds every unit until it gives them back
-        a = await s.lease_units(d, "a", 8, 8, 0.0)
+        a = await RedisLease(s, d).lease_units("a", 8, 8, 0.0)
         assert (a.units, a.share, a.fresh) == (8, 4, False)
-        a = await s.lease_units(d, "a", 4, 8, 0.5)  # gives 4 back, each holding half its burst
+        a = await RedisLease(s, d).lease_units("a", 4, 8, 0.5)  # gives 4 back, each holding half its burst
         assert (a.units, a.share) == (4, 4)
-        b = await s.lease_units(d, "b", 0, 8, 0.0)
+        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0)
         assert (b.units, b.share, b.fresh, b.tokens) == (4, 4, False, 2.0)
-        c = await s.lease_units(d, "c", 0, 1, 0.0)  # wants one: gets it when one is free, the others split the rest
+        c = await RedisLease(s, d).lease_units("c", 0, 1, 0.0)  # wants one: gets it when one is free, the others split the rest
         assert (c.units, c.share) == (0, 1)
-        a = await s.lease_units(d, "a", 4, 8, 0.0)
+        a = await RedisLease(s, d).lease_units("a", 4, 8, 0.0)
         assert (a.units, a.share) == (4, 3)
         await s.redis.aclose()
 
@@ -77,16 +78,16 @@ def test_units_are_split_max_min_fairly_over_the_wants(run: Run[None], script: S
 def test_free_units_refill_and_the_fullest_go_first(run: Run[None], script: SimpleNamespace) -> None:
     async def main() -> None:
         s, d, clock = script.store, script.definition, script.clock
-        await s.lease_units(d, "a", 0, 8, 0.0)
-        a = await s.lease_units(d, "a", 8, 2, 0.0)
+        await RedisLease(s, d).lease_units("a", 0, 8, 0.0)
+        a = await RedisLease(s, d).lease_units("a", 8, 2, 0.0)
         assert (a.units, a.share) == (8, 2)  # told to keep 2: it gives the rest back at its next call
-        await s.lease_units(d, "a", 2, 2, 0.0)  # 6 back, empty, at START
+        await RedisLease(s, d).lease_units("a", 2, 2, 0.0)  # 6 back, empty, at START
         clock.us += 40_000  # 40 ms: each free unit refilled 0.5 token (12.5/s)
-        a = await s.lease_units(d, "a", 0, 0, 0.0)  # the last 2 back, empty: a holds nothing and wants nothing
+        a = await RedisLease(s, d).lease_units("a", 0, 0, 0.0)  # the last 2 back, empty: a holds nothing and wants nothing
         assert (a.units, a.share) == (0, 0)
         assert b"a," not in await s.redis.hget(s.redis_key, "H")
         clock.us += 40_000
-        b = await s.lease_units(d, "b", 0, 7, 0.0)
+        b = await RedisLease(s, d).lease_units("b", 0, 7, 0.0)
         assert b.units == 7
         assert b.tokens == pytest.approx(6 * 1.0 + 0.5)  # the six that refilled 80 ms (1 token, the burst), then one
         await s.redis.aclose()
@@ -97,14 +98,14 @@ def test_free_units_refill_and_the_fullest_go_first(run: Run[None], script: Simp
 def test_a_lease_not_renewed_gives_its_units_back_empty_at_its_end(run: Run[None], script: SimpleNamespace) -> None:
     async def main() -> None:
         s, d, clock = script.store, script.definition, script.clock
-        await s.lease_units(d, "a", 0, 8, 0.0)
+        await RedisLease(s, d).lease_units("a", 0, 8, 0.0)
         clock.us += 999_999
-        b = await s.lease_units(d, "b", 0, 8, 0.0)
+        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0)
         assert b.units == 0  # a's lease ends 1 s after its call: not yet
         clock.us += 1 + 40_000  # 40 ms after a's end
-        b = await s.lease_units(d, "b", 0, 8, 0.0)
+        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0)
         assert (b.units, b.tokens) == (8, pytest.approx(8 * 0.5))  # empty at a's end, refilled 40 ms since
-        a = await s.lease_units(d, "a", 8, 8, 0.0)
+        a = await RedisLease(s, d).lease_units("a", 8, 8, 0.0)
         assert (a.units, a.fresh) == (0, True)  # a learns its lease ended
         await s.redis.aclose()
 
@@ -114,9 +115,9 @@ def test_a_lease_not_renewed_gives_its_units_back_empty_at_its_end(run: Run[None
 def test_release_gives_every_unit_back_with_its_tokens(run: Run[None], script: SimpleNamespace) -> None:
     async def main() -> None:
         s, d = script.store, script.definition
-        await s.lease_units(d, "a", 0, 8, 0.0)
-        await s.release_units(d, "a", 0.25)
-        b = await s.lease_units(d, "b", 0, 8, 0.0)
+        await RedisLease(s, d).lease_units("a", 0, 8, 0.0)
+        await RedisLease(s, d).release_units("a", 0.25)
+        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0)
         assert (b.units, b.tokens) == (8, 8 * 0.25)
         await s.redis.aclose()
 
@@ -126,10 +127,10 @@ def test_release_gives_every_unit_back_with_its_tokens(run: Run[None], script: S
 def test_a_pause_reaches_every_holder_as_it_renews(run: Run[None], script: SimpleNamespace) -> None:
     async def main() -> None:
         s, d, clock = script.store, script.definition, script.clock
-        await s.lease_units(d, "a", 0, 8, 0.0)
-        assert await s.pause(d, 300_000_000) == 300_000_000
+        await RedisLease(s, d).lease_units("a", 0, 8, 0.0)
+        assert await RedisLease(s, d).pause(300_000_000) == 300_000_000
         clock.us += 100_000
-        a = await s.lease_units(d, "a", 8, 8, 0.0)
+        a = await RedisLease(s, d).lease_units("a", 8, 8, 0.0)
         assert a.pause_ns == 200_000_000
         await s.redis.aclose()
 
@@ -142,10 +143,10 @@ def test_the_key_expires_once_no_unit_is_held_and_all_are_full(run: Run[None], s
     async def main() -> None:
         s, d = script.store, script.definition
         s._client_clock = False
-        await s.lease_units(d, "a", 0, 8, 0.0)
+        await RedisLease(s, d).lease_units("a", 0, 8, 0.0)
         ttl = await s.redis.pttl(s.redis_key)
         assert 1079 <= ttl <= 1082  # the lease's end, and the units' refill from empty then (80 ms)
-        await s.release_units(d, "a", 0.0)  # empty units: each full again 1 token / 12.5 per s = 80 ms after
+        await RedisLease(s, d).release_units("a", 0.0)  # empty units: each full again 1 token / 12.5 per s = 80 ms after
         ttl = await s.redis.pttl(s.redis_key)
         assert 79 <= ttl <= 82
         await s.redis.aclose()
@@ -361,7 +362,7 @@ def test_a_lease_not_renewed_is_not_used_after_its_end(run: Run[None], redis_url
         async def down(*args: Any) -> Any:
             raise aiotb.StoreUnavailable("down")
 
-        monkeypatch.setattr(aiotb.RedisStore, "lease_units", down)
+        monkeypatch.setattr(RedisLease, "lease_units", down)
         used: list[float] = []
         with pytest.raises(aiotb.StoreUnavailable, match="down"):
             async with asyncio.timeout(WITHIN):
@@ -382,8 +383,15 @@ class Unreachable(aiotb.RedisStore):
 
     down = False
 
+    def bind_lease(self, rates: Any) -> RedisLease:
+        return UnreachableLease(self, super().bind_lease(rates).definition)
+
+
+class UnreachableLease(RedisLease):
+    """The lease of an Unreachable store: its calls fail while the store is ``down``."""
+
     async def lease_units(self, *args: Any) -> Any:
-        if self.down:
+        if getattr(self.store, "down"):
             raise aiotb.StoreUnavailable("down")
         return await super().lease_units(*args)
 
@@ -437,7 +445,7 @@ def test_on_error_allow_or_a_fallback_stands_in_without_a_lease(run: Run[None], 
             raise aiotb.StoreUnavailable("down")
 
         for limiter in (allowing, falling):
-            monkeypatch.setattr(aiotb.RedisStore, "lease_units", down)
+            monkeypatch.setattr(RedisLease, "lease_units", down)
             await asyncio.wait_for(limiter.acquire(), WITHIN)
             assert limiter.units == 0
         assert fallback.tokens < 1  # the fallback's token was taken

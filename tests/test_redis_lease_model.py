@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 import aiotb
 import pytest
 from aiotb import _store_redis
-from aiotb._store_redis import Lease
+from aiotb._store_redis import Lease, RedisLease
 from conftest import ClientClock
 
 T = TypeVar("T")
@@ -180,7 +180,7 @@ def test_the_script_answers_as_its_model_on_random_calls(run: Run[None], redis_u
                         held = model.holders[holder].units if holder in model.holders else 0
                         have, want = rng.randrange(held + 2), rng.randrange(model.n + 3)
                         g = rng.choice((0.0, 1.0, rng.uniform(-0.2, 1.2)))
-                        lease = await store.lease_units(definition, holder, have, want, g)
+                        lease = await RedisLease(store, definition).lease_units(holder, have, want, g)
                         expected = model.lease(now, holder, have, want, g)
                         assert lease._replace(tokens=0.0) == expected._replace(tokens=0.0), where
                         assert lease.tokens == pytest.approx(expected.tokens, rel=1e-12, abs=1e-12), where
@@ -188,11 +188,11 @@ def test_the_script_answers_as_its_model_on_random_calls(run: Run[None], redis_u
                         assert lease.tokens <= lease.units * least_burst * (1 + 1e-12), where
                     elif kind < 0.9:
                         g = rng.uniform(0.0, 1.0)
-                        await store.release_units(definition, holder, g)
+                        await RedisLease(store, definition).release_units(holder, g)
                         model.release(now, holder, g)
                     else:
                         ns = rng.randrange(1, 2 * model.span * 1000)
-                        assert await store.pause(definition, ns) == model.pause_for(now, ns), where
+                        assert await RedisLease(store, definition).pause(ns) == model.pause_for(now, ns), where
                     await _compare_kept(store, model, now, where)
         finally:  # closed whatever happened: a client left open fails the test on uvloop
             for store in stores:

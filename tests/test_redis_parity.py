@@ -48,7 +48,7 @@ import pytest
 import redis.asyncio
 from aiotb import _store_redis
 from aiotb._limits_py import NEVER, NO_PAUSE, OK, TICKS_PER_NS, Limits, Rate, _holding, _ticks
-from aiotb._store_redis import RedisStore, definition, describe
+from aiotb._store_redis import RedisRates, RedisStore, definition, describe
 from conftest import CLIENT_START_US as START_US, ClientClock
 
 T = TypeVar("T")
@@ -175,6 +175,7 @@ class Stream:
         self.rng, self.exact, self.store, self.client, self.clock, self.seen = rng, exact, store, client, clock, seen
         self.rates = rates
         self.definition = definition(rates)
+        self.bound_rates = RedisRates(store, self.definition)
         self.origin = clock.us  # the twin's instant 0
         self.twin: Limits | None = None  # None while there is no hash
         self.bound: list[Fraction] = []  # per rate, ns: 0 <= F in the script - F in the twin <= bound
@@ -278,12 +279,12 @@ class Stream:
         if amount > twin.max_amount:
             assert twin.fit_at(amount, now) == NEVER
             with pytest.raises(ValueError, match="must not exceed"):
-                await self.store.reserve(self.definition, amount, wait)
+                await self.bound_rates.reserve(amount, wait)
             self.seen["above a burst"] += 1
             self.check_stored(False)
             return
         at_twin = twin.fit_at(amount, now)
-        reserved = await self.store.reserve(self.definition, amount, wait)
+        reserved = await self.bound_rates.reserve(amount, wait)
         at = now + int(self.client.last_reply.split()[1])  # the script answers its delay also where it refuses
         if self.exact:
             assert at == at_twin
@@ -326,7 +327,7 @@ class Stream:
         now = self.now()
         twin, bound = self.candidate(now)
         at = twin.fit_at(amount, now)
-        head, more = await self.store.reserve_run(self.definition, amount, wait, then)
+        head, more = await self.bound_rates.reserve_run(amount, wait, then)
         if wait >= 0 and at - now > wait:
             assert (head, more) == (None, [])
             self.seen["refused"] += 1
@@ -382,7 +383,7 @@ class Stream:
             if self.exact or i not in held.changed:
                 assert script_rule == twin_rule
             restores.append(script_rule)
-        restored = await self.store.cancel(self.definition, held.record)
+        restored = await self.bound_rates.cancel(held.record)
         assert restored == sum(restores)
         held.cancelled = True
         self.seen["cancel across the epoch" if not same_epoch else
@@ -403,10 +404,10 @@ class Stream:
         if amount > twin.max_amount:
             assert twin.fit_at(amount, now) == NEVER
             with pytest.raises(ValueError, match="must not exceed"):
-                await self.store.fit_delay(self.definition, amount)
+                await self.bound_rates.fit_delay(amount)
             self.check_stored(False)
             return
-        at = now + await self.store.fit_delay(self.definition, amount)
+        at = now + await self.bound_rates.fit_delay(amount)
         if self.exact:
             assert at == twin.fit_at(amount, now)
         else:
@@ -418,7 +419,7 @@ class Stream:
         """The tokens held now."""
         now = self.now()
         twin, bound = self.candidate(now)
-        tokens, expected = await self.store.tokens(self.definition), twin.tokens(now)
+        tokens, expected = await self.bound_rates.tokens(), twin.tokens(now)
         if self.exact:
             assert tokens == expected
         else:
@@ -439,7 +440,7 @@ class Stream:
         old, f = twin.rates[index], twin.state[index]
         if f > (now + old.burst_ns) * TICKS_PER_NS:
             self.seen["set_rate of a rate in debt"] += 1
-        await self.store.set_rate(self.definition, index, ns_per_token, burst)
+        await self.bound_rates.set_rate(index, ns_per_token, burst)
         if not self.exact:
             # the tokens held differ by at most the carried bound's worth of the old rate, in time of the new
             owed = Fraction(f, TICKS_PER_NS) - now
@@ -461,7 +462,7 @@ class Stream:
         """No grant for span ns, on both sides."""
         now = self.now()
         twin, bound = self.candidate(now)
-        until = await self.store.pause(self.definition, span)
+        until = await self.bound_rates.pause(span)
         self.seen["pause moved" if now + span > twin.paused_until else "pause kept"] += 1
         twin.pause_until(now + span)
         assert until == twin.paused_until - now
@@ -646,11 +647,11 @@ def test_a_definition_mismatch_names_both_rate_sets(run_on: RunOn[None], redis_u
     async def main() -> None:
         store = store_of(redis_url)
         try:
-            assert await store.pause(ours, 10**12) == 10**12  # it expires in 1,000 s
+            assert await RedisRates(store, ours).pause(10**12) == 10**12  # it expires in 1,000 s
             kept = await store.redis.hgetall(store.redis_key)
-            for call in (lambda: store.reserve(theirs, 1, -1), lambda: store.cancel(theirs, b"0 0 1"),
-                         lambda: store.fit_delay(theirs, 1), lambda: store.tokens(theirs),
-                         lambda: store.set_rate(theirs, 0, 1e3, 1), lambda: store.pause(theirs, 10)):
+            for call in (lambda: RedisRates(store, theirs).reserve(1, -1), lambda: RedisRates(store, theirs).cancel(b"0 0 1"),
+                         lambda: RedisRates(store, theirs).fit_delay(1), lambda: RedisRates(store, theirs).tokens(),
+                         lambda: RedisRates(store, theirs).set_rate(0, 1e3, 1), lambda: RedisRates(store, theirs).pause(10)):
                 with pytest.raises(ValueError) as raised:
                     await call()
                 assert f"holds a limiter of {describe(ours)}, not {describe(theirs)}" in str(raised.value)
@@ -684,9 +685,9 @@ def test_a_key_of_something_else_is_corrupt(run_on: RunOn[None], redis_url: str,
             else:
                 await client.hset(store.redis_key, mapping=value)
             dumped = await client.dump(store.redis_key)
-            for call in (lambda: store.reserve(ours, 1, -1), lambda: store.cancel(ours, b"0 0 1"),
-                         lambda: store.fit_delay(ours, 1), lambda: store.tokens(ours),
-                         lambda: store.set_rate(ours, 0, 1e3, 1), lambda: store.pause(ours, 10)):
+            for call in (lambda: RedisRates(store, ours).reserve(1, -1), lambda: RedisRates(store, ours).cancel(b"0 0 1"),
+                         lambda: RedisRates(store, ours).fit_delay(1), lambda: RedisRates(store, ours).tokens(),
+                         lambda: RedisRates(store, ours).set_rate(0, 1e3, 1), lambda: RedisRates(store, ours).pause(10)):
                 with pytest.raises(aiotb.StoreCorrupt, match=re.escape(store.redis_key)):
                     await call()
             assert await client.dump(store.redis_key) == dumped

@@ -31,7 +31,7 @@ async def closing(check: Awaitable[None], *limiters: Any) -> None:
 
 async def next_token_in(limiter: Any) -> float:
     """Seconds until every client of the key could take one more token (one round trip)."""
-    return await limiter.store.fit_delay(limiter._definition, 1) / 1e9
+    return await limiter._store_rates.fit_delay(1) / 1e9
 
 
 def test_a_reservation_takes_its_place_for_every_client(run: Run[None], redis_url: str) -> None:

@@ -10,7 +10,7 @@ import aiotb
 import pytest
 import redis.asyncio
 from aiotb import _store_redis
-from aiotb._store_redis import RedisStore, definition, lease_definition, window_definition
+from aiotb._store_redis import RedisLease, RedisRates, RedisStore, definition, lease_definition, window_definition
 
 T = TypeVar("T")
 Run = Callable[[Awaitable[T]], T]
@@ -32,14 +32,14 @@ def test_reserve_and_fit_refuse_an_amount_that_is_not_positive_and_finite(run: R
     async def main() -> None:
         store = RedisStore(redis_url, "amounts")
         try:
-            await store.reserve(RATES, 4.0, 0)
-            for call in (lambda: store.reserve(RATES, amount, 0), lambda: store.reserve(RATES, amount, -1),
-                         lambda: store.reserve_run(RATES, 1.0, 0, [amount]), lambda: store.fit_delay(RATES, amount)):
+            await RedisRates(store, RATES).reserve(4.0, 0)
+            for call in (lambda: RedisRates(store, RATES).reserve(amount, 0), lambda: RedisRates(store, RATES).reserve(amount, -1),
+                         lambda: RedisRates(store, RATES).reserve_run(1.0, 0, [amount]), lambda: RedisRates(store, RATES).fit_delay(amount)):
                 assert "an amount must be a finite number > 0" in await refused(call())
-            assert await store.tokens(RATES) == pytest.approx(6, abs=0.01)  # unchanged: no token made
+            assert await RedisRates(store, RATES).tokens() == pytest.approx(6, abs=0.01)  # unchanged: no token made
             window = window_definition(10**9, 5.0)
-            windowed = store._for_key("window")
-            for call in (lambda: windowed.reserve(window, amount, 0), lambda: windowed.fit_delay(window, amount)):
+            windowed = store.for_key("window")
+            for call in (lambda: RedisRates(windowed, window).reserve(amount, 0), lambda: RedisRates(windowed, window).fit_delay(amount)):
                 await refused(call())
         finally:
             await store.redis.aclose()
@@ -51,15 +51,15 @@ def test_cancel_refuses_a_record_of_another_shape(run: Run[None], redis_url: str
     async def main() -> None:
         store = RedisStore(redis_url, "records")
         try:
-            reserved = await store.reserve(RATES, 10.0, 0)
+            reserved = await RedisRates(store, RATES).reserve(10.0, 0)
             assert isinstance(reserved, _store_redis.Reserved)
             epoch, before, after = reserved.record.split()
             for record in (b"", epoch, epoch + b" x " + after, epoch + b" " + before + b" " + after + b" 1 2",
                            epoch + b" -1 " + after, epoch + b" " + after + b" " + before + b"0"):
-                await refused(store.cancel(RATES, record))
-            assert await store.tokens(RATES) == pytest.approx(0, abs=0.01)
-            assert await store.cancel(RATES, reserved.record) == 1  # the real one still gives it back
-            assert await store.tokens(RATES) == pytest.approx(10, abs=0.01)
+                await refused(RedisRates(store, RATES).cancel(record))
+            assert await RedisRates(store, RATES).tokens() == pytest.approx(0, abs=0.01)
+            assert await RedisRates(store, RATES).cancel(reserved.record) == 1  # the real one still gives it back
+            assert await RedisRates(store, RATES).tokens() == pytest.approx(10, abs=0.01)
         finally:
             await store.redis.aclose()
 
@@ -70,12 +70,12 @@ def test_set_rate_and_pause_refuse_malformed_words(run: Run[None], redis_url: st
     async def main() -> None:
         store = RedisStore(redis_url, "admin")
         try:
-            await store.reserve(RATES, 1.0, 0)
+            await RedisRates(store, RATES).reserve(1.0, 0)
             for index, ns, burst in ((1, -1e9, 5.0), (0, 1e9, float("nan")), (5, 1e9, 5.0), (0, 1e9, -2.0)):
-                await refused(store.set_rate(RATES, index, ns, burst))
-            await refused(store.pause(RATES, -10**9))
-            assert await store.tokens(RATES) == pytest.approx(9, abs=0.01)
-            await refused(store._for_key("new").reserve(definition([(1e9, -10.0, 0.0)]), 1.0, 0))  # a bad definition
+                await refused(RedisRates(store, RATES).set_rate(index, ns, burst))
+            await refused(RedisRates(store, RATES).pause(-10**9))
+            assert await RedisRates(store, RATES).tokens() == pytest.approx(9, abs=0.01)
+            await refused(RedisRates(store.for_key("new"), definition([(1e9, -10.0, 0.0)])).reserve(1.0, 0))  # a bad definition
         finally:
             await store.redis.aclose()
 
@@ -87,12 +87,12 @@ def test_the_lease_script_refuses_a_negative_give_back_and_a_forged_holder(run: 
         store = RedisStore(redis_url, "leased", lease=1.0, units=4)
         leased = lease_definition(4, 1.0, [(1e9, 8.0, 8.0)])
         try:
-            lease = await store.lease_units(leased, "a", 0, 4, 1.0)
+            lease = await RedisLease(store, leased).lease_units("a", 0, 4, 1.0)
             assert lease.units == 4
-            await refused(store.lease_units(leased, "a", -100, 4, 1.0))  # would hand 104 units back
-            await refused(store.lease_units(leased, "b,4,4,99999999999999999", 0, 4, 1.0))
-            await refused(store.lease_units(leased, "b", 0, 4, float("nan")))
-            again = await store.lease_units(leased, "c", 0, 4, 1.0)
+            await refused(RedisLease(store, leased).lease_units("a", -100, 4, 1.0))  # would hand 104 units back
+            await refused(RedisLease(store, leased).lease_units("b,4,4,99999999999999999", 0, 4, 1.0))
+            await refused(RedisLease(store, leased).lease_units("b", 0, 4, float("nan")))
+            again = await RedisLease(store, leased).lease_units("c", 0, 4, 1.0)
             assert again.units == 0  # a holds every unit still: none was made
         finally:
             await store.redis.aclose()
@@ -105,7 +105,7 @@ def test_the_scripts_every_client_loads_take_no_time_from_a_client(run: Run[None
         store = RedisStore(redis_url, "clock")
         client = redis.asyncio.Redis.from_url(redis_url)
         try:
-            await store.reserve(RATES, 10.0, 0)  # empty: 10 s to refill on the server's clock
+            await RedisRates(store, RATES).reserve(10.0, 0)  # empty: 10 s to refill on the server's clock
             script = _store_redis._SCRIPTS["gcra"]
             now_us = int((await client.time())[0]) * 10**6
             reply = await client.execute_command("EVALSHA", script.sha, 1, store.redis_key, RATES, "tokens",
@@ -125,10 +125,10 @@ def test_a_window_keeps_at_most_its_cap_of_grants_in_its_log(run: Run[None], red
         store = RedisStore(redis_url, "crowded")
         window = window_definition(3600 * 10**9, 1e6)  # room for a million tokens an hour
         try:
-            granted = [await store.reserve(window, 1e-3, 0) for _ in range(most + 1)]
+            granted = [await RedisRates(store, window).reserve(1e-3, 0) for _ in range(most + 1)]
             assert [isinstance(g, _store_redis.Reserved) for g in granted] == [True] * most + [False]
             assert await store.redis.zcard(store.redis_key + ":log") == most
-            assert await store.fit_delay(window, 1e-3) > 0  # until the oldest grant leaves its window
+            assert await RedisRates(store, window).fit_delay(1e-3) > 0  # until the oldest grant leaves its window
         finally:
             await store.redis.aclose()
 

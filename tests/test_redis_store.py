@@ -384,7 +384,7 @@ def test_one_round_trip_grants_every_queued_waiter_whose_tokens_are_free_now(run
         await asyncio.gather(*tasks, return_exceptions=True)
         await trips_done(limiter)  # the reservation ahead goes back to Redis in a round trip of the limiter's loop
         assert client.trips == 4 and await limiter.read_tokens() == pytest.approx(0, abs=1e-2)
-        assert await limiter.store.fit_delay(limiter._definition, 1) == pytest.approx(1800e9, abs=1e9)
+        assert await limiter._store_rates.fit_delay(1) == pytest.approx(1800e9, abs=1e9)
         await closed(limiter, None)
 
     run(main())
@@ -515,7 +515,7 @@ def test_a_cancelled_waiter_gives_its_reservation_back(run: Run[None], redis_url
             await waiter
         await trips_done(limiter)  # the cancel reaches Redis in a round trip of the limiter's loop
         # reserved and given back (nobody reserved after it): the next token comes in an hour, not two
-        assert await other.store.fit_delay(other._definition, 1) == pytest.approx(3600e9, abs=1e9)
+        assert await other._store_rates.fit_delay(1) == pytest.approx(3600e9, abs=1e9)
         assert limiter.stats().cancelled == 1 and limiter.stats().waiting == 0
         await other.store.redis.aclose()
         await closed(limiter, None)

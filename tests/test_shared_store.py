@@ -556,8 +556,9 @@ def test_a_reservation_the_segment_refuses_fails_its_waiter_only(name: str, fail
     pass and those behind it are granted as usual. Before, its waiter was set aside and the pass raised: the
     grants it had made were lost and the waiters behind it had no timer, so their tasks waited forever."""
     limiter = Limiter(200, 1, burst=1, initial=0, store=SharedMemoryStore(name))  # one every 5 ms
-    segment = FailingSegment(limiter._segment, failing)  # type: ignore[attr-defined]
-    limiter._segment = segment  # type: ignore[attr-defined]
+    rates = limiter._store_rates  # type: ignore[attr-defined]
+    segment = FailingSegment(rates.segment, failing)
+    rates._segment = segment  # the queue's reservations go through it
 
     async def main() -> list[str]:
         async def task() -> str:

@@ -243,15 +243,62 @@ async def redis_async(store: RedisStore) -> float:
 
 
 def test_the_in_process_idioms_are_rejected_over_redis_and_kept_elsewhere(tmp_path: Path) -> None:
+    rejected_where_marked(tmp_path, "idioms.py", IDIOMS, 12)
+
+
+# The one store interface: both stores are Stores, and what each binds is StoreRates, for both checkers; a class
+# that lacks part of it is not.
+STORES = '''
+from typing import Sequence
+
+from aiotb import RedisStore, SharedMemoryStore
+from aiotb._capabilities import Capabilities
+from aiotb._store import Store, StoreRates
+
+RATES = [(1e9, 10.0, 10.0)]
+
+
+def stores(shm: SharedMemoryStore, redis: RedisStore) -> list[Store]:
+    return [shm, redis, redis.for_key("user"), shm.for_key(1)]
+
+
+def bound(shm: SharedMemoryStore, redis: RedisStore) -> list[StoreRates]:
+    return [shm.bind(RATES), redis.bind(RATES), redis.bind_window(10**9, 5.0)]
+
+
+class NoKeys:
+    @property
+    def capabilities(self) -> Capabilities:
+        raise NotImplementedError
+
+    def bind(self, rates: Sequence[tuple[float, float, float]]) -> StoreRates:
+        raise NotImplementedError
+
+
+def no_keys(store: NoKeys) -> Store:
+    return store  # rejected
+
+
+def a_lease(redis: RedisStore) -> StoreRates:
+    return redis.bind_lease(RATES)  # rejected
+'''
+
+
+def test_both_stores_implement_the_one_store_interface(tmp_path: Path) -> None:
+    rejected_where_marked(tmp_path, "stores.py", STORES, 2)
+
+
+def rejected_where_marked(tmp_path: Path, name: str, text: str, marks: int) -> None:
+    """Both checkers reject text (the file name) at each line marked "# rejected" (marks of them), and nowhere else."""
     require("mypy", "the type checker of tests/test_typing.py")
     require("pyright", "the second type checker of tests/test_typing.py")
-    (tmp_path / "idioms.py").write_text(IDIOMS)
+    (tmp_path / name).write_text(text)
     pyright_config(tmp_path)
-    marked = {i for i, line in enumerate(IDIOMS.splitlines(), 1) if line.endswith("# rejected")}
-    assert len(marked) == 12
+    marked = {i for i, line in enumerate(text.splitlines(), 1) if line.endswith("# rejected")}
+    assert len(marked) == marks
     checked = run(["mypy", "--config-file", str(ROOT / "pyproject.toml"), "--strict", "--cache-dir",
-                   str(tmp_path / "cache"), "--no-color-output", "--no-error-summary", "idioms.py"], tmp_path)
-    by_mypy = {int(m) for m in re.findall(r"^idioms\.py:(\d+): error:", checked.stdout, re.M)}
+                   str(tmp_path / "cache"), "--no-color-output", "--no-error-summary", name], tmp_path)
+    by_mypy = {int(m) for m in re.findall(rf"^{re.escape(name)}:(\d+): error:", checked.stdout, re.M)}
     assert by_mypy == marked, checked.stdout + checked.stderr
     result = run(["pyright", "--outputjson", "--pythonpath", sys.executable], tmp_path)
     report = json.loads(result.stdout)

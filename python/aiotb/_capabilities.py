@@ -3,7 +3,7 @@ reason, and the README's table of stores says the same (tests/test_layout.py com
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Store = Literal["in process", "SharedMemoryStore", "RedisStore", "RedisStore(lease=)"]
 STORES: tuple[Store, ...] = ("in process", "SharedMemoryStore", "RedisStore", "RedisStore(lease=)")
@@ -76,3 +76,20 @@ def refusal(feature: str, store: Store) -> str:
 def refused(feature: str, store: Store) -> TypeError:
     """The error of a call of feature over a store that does not serve it."""
     return TypeError(refusal(feature, store))
+
+
+class Capabilities(NamedTuple):
+    """What a store serves (``store.capabilities``): its column of the table above, and how it answers."""
+
+    kind: Store         # its column of the table
+    clock: str          # the clock its instants are on
+    round_trip: bool    # its rates answer after a round trip (their calls suspend), else at once
+    window: bool        # WindowLimiter over it
+    keys: bool          # KeyedLimiter over it (a store per key: ``for_key``)
+    threads: bool       # threads blocked on a limiter over it (acquire_blocking, with limiter)
+
+
+def capabilities(kind: Store, clock: str, round_trip: bool) -> Capabilities:
+    """A store's capabilities: of the table's features, those its column serves."""
+    return Capabilities(kind, clock, round_trip, not refusal("WindowLimiter", kind), not refusal("KeyedLimiter", kind),
+                        not refusal("threads: acquire_blocking, with limiter", kind))

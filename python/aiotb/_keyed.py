@@ -6,13 +6,12 @@ import functools
 import threading
 import weakref
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Coroutine, Generic, Hashable, overload
+from typing import Any, Coroutine, Generic, Hashable, overload
 
 from ._capabilities import refused
-from ._limiter import Limiter, StoreT
-
-if TYPE_CHECKING:
-    from ._store_redis import RedisStore
+from ._limiter import Limiter, StoreT, not_a_store
+from ._store_redis import RedisStore
+from ._store_shm import SharedMemoryStore
 
 SWEEP_PER_ACCESS = 2  # limiters looked at on each access: eviction keeps pace with creation
 
@@ -38,14 +37,12 @@ class KeyedLimiter(Generic[StoreT]):
                  **options: Any) -> None: ...
     def __init__(self, max_rate: float, time_period: float = 60, *, store: RedisStore | None = None,
                  **options: Any) -> None:
-        from ._store_redis import RedisStore
-
         if store is not None:
+            if not isinstance(store, (RedisStore, SharedMemoryStore)):
+                raise not_a_store(store)
+            if not store.capabilities.keys:
+                raise refused("KeyedLimiter", store.capabilities.kind)
             options["store"] = store
-        if store is not None and not isinstance(store, RedisStore):
-            raise refused("KeyedLimiter", "SharedMemoryStore")
-        if isinstance(store, RedisStore) and store.lease is not None:
-            raise refused("KeyedLimiter", "RedisStore(lease=)")
         self._store = store
         self._prototype = self.limiter_class(max_rate, time_period, **options)  # checks the options once
         self._args = (max_rate, time_period)
@@ -62,7 +59,7 @@ class KeyedLimiter(Generic[StoreT]):
             limiter: Limiter[StoreT] | None = held() if isinstance(held, weakref.ref) else held
             if limiter is None:
                 options = self._options if self._store is None else {**self._options,
-                                                                     "store": self._store._for_key(key)}
+                                                                     "store": self._store.for_key(key)}
                 limiter = self.limiter_class(*self._args, **options)
             limiters[key] = limiter  # held strongly again while in use
             self._sweep(key)

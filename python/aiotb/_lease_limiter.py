@@ -39,7 +39,7 @@ from ._limiter import Limiter, serve
 from ._store import StoreCorrupt, StoreError
 from ._remote import OnItsLoop, on_its_loop
 from ._reservation import BaseReservation
-from ._store_redis import MAX_PAUSE_NS, Lease, RedisStore, lease_definition
+from ._store_redis import MAX_PAUSE_NS, Lease, RedisStore
 
 RENEW_EVERY = 1 / 3  # of a span: how often a holder renews its lease
 STARVED_EVERY = 1 / 10  # of a span: how often a holder asks again while its callers need units it does not hold
@@ -54,7 +54,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
     limiter.try_acquire()``, ``has_capacity``, ``read_tokens``, ``penalize``, ``retry_after``;
     ``await limiter.aclose()`` gives its units back at once (else they come back as its lease ends)."""
 
-    __slots__ = ("_store", "_definition", "_holder", "_units", "_fair_units", "_share_burst", "_valid_until", "_loop",
+    __slots__ = ("_store", "_store_rates", "_holder", "_units", "_fair_units", "_share_burst", "_valid_until", "_loop",
                  "_keeper", "_news", "_asking", "_refused", "_demand_mark", "_renewed_at", "_renew_at", "_credits", "_credited")
 
     def __init__(self, max_rate: float | None = None, time_period: float = 60, *,
@@ -65,7 +65,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         checked = _params.limiter_rates(max_rate, time_period, burst, initial, rates)
         self._setup(checked, None, _params.flag("fair", fair), smallest_first=False)
         self._store = store
-        self._definition = lease_definition(store.units, store.lease, [r.engine() for r in checked])
+        self._store_rates = store.bind_lease([r.engine() for r in checked])
         self._holder = secrets.token_hex(8)  # this limiter's name among the key's holders
         self._units = 0  # units held
         self._fair_units = 0  # the most units the script lets it keep
@@ -159,7 +159,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
             raise ValueError(f"seconds must be at most {MAX_PAUSE_NS / 1e9:.0f} over a RedisStore, got {seconds!r}")
         loop = self._check_loop()
         Limiter.pause_until(self._here(), loop.time() + span)  # its own units, at once
-        await self._store.pause(self._definition, round(span * 1e9))
+        await self._store_rates.pause(round(span * 1e9))
 
     async def aretry_after(self, value: str | bytes | float) -> float:
         """``penalize`` until a server's ``Retry-After`` has passed (see ``Limiter.retry_after``)."""
@@ -178,7 +178,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
             except asyncio.CancelledError:
                 pass
         if self._units:
-            await self._store.release_units(self._definition, self._holder, self._give_back(0))
+            await self._store_rates.release_units(self._holder, self._give_back(0))
 
     async def aset_rate(self, max_rate: float, time_period: float | None = None, *,
                         burst: float | None = None, index: int = 0) -> None:
@@ -284,7 +284,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
             give_back = self._give_back(have) if have < self._units else 0.0
             sent = loop.time()
             try:
-                lease = await self._store.lease_units(self._definition, self._holder, have, want, give_back)
+                lease = await self._store_rates.lease_units(self._holder, have, want, give_back)
             except Exception as error:  # StoreError, or ValueError for another definition: the callers' to raise
                 self._tell(error)
                 await self._sleep(span * STARVED_EVERY)
@@ -314,7 +314,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         """Gives the units back, once the limiter is not used."""
         if self._units:
             try:
-                await self._store.release_units(self._definition, self._holder, self._give_back(0))
+                await self._store_rates.release_units(self._holder, self._give_back(0))
             except StoreError:
                 pass  # they come back as the lease ends
 
@@ -416,4 +416,4 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         return loop
 
 
-serve("redis lease", RedisLeaseLimiter)
+serve("RedisStore(lease=)", False, RedisLeaseLimiter)

@@ -17,7 +17,7 @@ from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Coroutine
 
 from . import _params
 from ._core import Bucket
-from ._capabilities import refused
+from ._capabilities import Store, refused
 from ._dispatch import PRECISE_REFILL
 from ._owners import Owners
 from ._reservation import BaseReservation, Reservation
@@ -38,14 +38,22 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-# The limiter classes of the stores, by what they serve ("shared", "redis", "redis window", "redis lease"): the
-# module of each enters its own (serve) when aiotb is imported, so that this module imports none of them.
-_OVER: dict[str, type[Limiter[Any]]] = {}
+# The limiter classes of the stores, by the store's kind and whether a window: the module of each enters its own
+# (serve) when aiotb is imported, so that this module imports none of them.
+_OVER: dict[tuple[Store, bool], type[Limiter[Any]]] = {}
 
 
-def serve(what: str, limiter_class: type[Limiter[Any]]) -> None:
-    """Makes limiter_class the class of ``Limiter(..., store=...)`` for what (see _OVER)."""
-    _OVER[what] = limiter_class
+def not_a_store(store: object) -> TypeError:
+    """The error of a store= that is none of the stores."""
+    given = repr(redacted(store)) if isinstance(store, str) else f"{type(store).__name__} {store!r}"
+    return TypeError(f"store must be None (this process), SharedMemoryStore(name) (the processes of one host) or "
+                     f"RedisStore(url, key) (every host), got {given}")
+
+
+def serve(kind: Store, window: bool, limiter_class: type[Limiter[Any]]) -> None:
+    """Makes limiter_class the class of ``Limiter(..., store=...)`` (``WindowLimiter`` if window) over a store of
+    kind."""
+    _OVER[kind, window] = limiter_class
 
 
 class LimiterStats(NamedTuple):
@@ -123,40 +131,23 @@ class Limiter(Generic[StoreT], Bucket):
         store = kwargs.get("store")
         if store is None:
             return super().__new__(cls)
-        if isinstance(store, RedisStore):
-            return cls._over_redis(store.lease is not None)
-        if not isinstance(store, SharedMemoryStore):
-            given = repr(redacted(store)) if isinstance(store, str) else f"{type(store).__name__} {store!r}"
-            raise TypeError(f"store must be None (this process), SharedMemoryStore(name) (the processes of one host) "
-                            f"or RedisStore(url, key) (every host), got {given}")
-
-        _segment_type()  # RuntimeError first, where there is no shared memory or no C engine
-        shared = _OVER["shared"]
-        if issubclass(cls, shared):
-            return super().__new__(cls)
-        if issubclass(cls, WindowLimiter):
-            raise refused("WindowLimiter", "SharedMemoryStore")
-        if issubclass(cls, AsyncLimiter):
-            raise refused("AsyncLimiter", "SharedMemoryStore")
-        if cls is not Limiter:
-            raise TypeError(f"store= works with Limiter itself, not {cls.__name__}")
-        return cast(Self, Bucket.__new__(shared))
-
-    @classmethod
-    def _over_redis(cls, leased: bool) -> Self:
-        """A new limiter of the class that waits on rates in Redis, or TypeError."""
-        RedisLimiter, RedisWindowLimiter, RedisLeaseLimiter = _OVER["redis"], _OVER["redis window"], _OVER["redis lease"]
-        if issubclass(cls, (RedisLimiter, RedisLeaseLimiter)):
+        if not isinstance(store, (RedisStore, SharedMemoryStore)):
+            raise not_a_store(store)
+        served = store.capabilities
+        if served.kind == "SharedMemoryStore":
+            _segment_type()  # RuntimeError first, where there is no shared memory or no C engine
+        if issubclass(cls, tuple(_OVER.values())):  # a store's limiter, made directly: it checks its store itself
             return super().__new__(cls)
         if issubclass(cls, AsyncLimiter):
-            raise refused("AsyncLimiter", "RedisStore(lease=)" if leased else "RedisStore")
+            raise refused("AsyncLimiter", served.kind)
+        window = issubclass(cls, WindowLimiter)
+        if window and not served.window:
+            raise refused("WindowLimiter", served.kind)
         if cls is not Limiter and cls is not WindowLimiter:
-            raise TypeError(f"store=RedisStore(...) works with Limiter and WindowLimiter themselves, not {cls.__name__}")
-        if leased:
-            if cls is WindowLimiter:
-                raise refused("WindowLimiter", "RedisStore(lease=)")
-            return cast(Self, Bucket.__new__(RedisLeaseLimiter))
-        return cast(Self, Bucket.__new__(RedisLimiter if cls is Limiter else RedisWindowLimiter))
+            raise TypeError(f"store={served.kind.partition('(')[0]}(...) works with "
+                            f"{'Limiter and WindowLimiter themselves' if served.window else 'Limiter itself'}, "
+                            f"not {cls.__name__}")
+        return cast(Self, Bucket.__new__(_OVER[served.kind, window]))
 
     @overload
     def __init__(self: Limiter[None], max_rate: float | None = None, time_period: float = 60, *,

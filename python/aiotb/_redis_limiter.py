@@ -35,8 +35,8 @@ from ._remote import OnItsLoop, on_its_loop
 from ._redis_slot import RedisSlot
 from ._reservation import RedisReservation
 from ._reserving import ReservingLimiter, Slot, Waiter
-from ._store import StoreCorrupt, StoreError, StoreUnavailable
-from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisStore, Reserved, definition
+from ._store import Reserved, StoreCorrupt, StoreError, StoreUnavailable
+from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisRates, RedisStore
 
 RUN_MOST = 64  # the most grants one round trip makes: the head's and those due with it
 RETRY_AFTER = 1.0  # s: with on_error "allow" or a fallback, how long Redis is left alone after it failed
@@ -50,7 +50,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
     limiter.try_acquire()``, ``has_capacity``, ``read_tokens``, ``set_rate``, ``penalize``,
     ``retry_after``."""
 
-    __slots__ = ("_store", "_definition", "_loop", "_down_until", "_held", "_holding", "_outcomes", "_trips",
+    __slots__ = ("_store", "_store_rates", "_loop", "_down_until", "_held", "_holding", "_outcomes", "_trips",
                  "_front", "_lone")
 
     def __init__(self, max_rate: float | None = None, time_period: float = 60, *,
@@ -62,12 +62,12 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         for r in checked:
             check_refill(r.burst, r.ns_per_token)
         self._setup(checked, None, _params.flag("fair", fair), smallest_first=False)
-        self._over(store, definition([r.engine() for r in checked]))
+        self._over(store, store.bind([r.engine() for r in checked]))
 
-    def _over(self, store: RedisStore, definition: str) -> None:
-        """Serves the limits of definition in store."""
+    def _over(self, store: RedisStore, rates: RedisRates) -> None:
+        """Serves the limits of rates, in store."""
         self._store = store
-        self._definition = definition
+        self._store_rates = rates
         self._held: list[bytes] = []  # records of grants held by `async with` blocks (a window's)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._down_until = -1.0
@@ -116,7 +116,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         if self._store_down():
             return await self._without_store(x, blocking=False)
         try:
-            reserved = await self._store.reserve(self._definition, x, 0)
+            reserved = await self._store_rates.reserve(x, 0)
         except StoreError as error:
             return await self._without_store(x, blocking=False, error=error)
         if not isinstance(reserved, Reserved):
@@ -132,7 +132,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         x = self._checked_amount(amount)
         loop = self._check_loop()
         while True:
-            reserved = await self._store.reserve(self._definition, x, -1)  # whenever it comes
+            reserved = await self._store_rates.reserve(x, -1)  # whenever it comes
             if isinstance(reserved, Reserved):
                 return RedisReservation(self, reserved, x, loop, loop.time())
             if reserved is None:  # "not within the wait": no answer of aiotb's script to a wait of whenever
@@ -142,7 +142,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
     @on_its_loop
     async def _cancel_reservation(self, record: bytes) -> None:
         """Gives a reservation back, by the script's rule (one round trip)."""
-        await self._store.cancel(self._definition, record)
+        await self._store_rates.cancel(record)
 
     @on_its_loop
     async def ahas_capacity(self, amount: float = 1) -> bool:
@@ -150,12 +150,12 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         x = self._checked_amount(amount)
         if self._fair and (self._queue or self._asking):
             return False
-        return await self._store.fit_delay(self._definition, x) <= 0
+        return await self._store_rates.fit_delay(x) <= 0
 
     @on_its_loop
     async def read_tokens(self) -> float:
         """Tokens available now in Redis (the fewest over the rates; 0 while paused)."""
-        return await self._store.tokens(self._definition)
+        return await self._store_rates.tokens()
 
     @property
     def tokens(self) -> float:
@@ -171,11 +171,11 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         i, spec, window_ns = self._changed_rate(max_rate, time_period, burst, index)
         if window_ns is not None:
             check_refill(1, window_ns)
-            await self._store.set_window(self._definition, window_ns, spec.max_rate)
+            await self._store_rates.set_window(window_ns, spec.max_rate)
             Bucket._set_window(self, window_ns, spec.max_rate)  # amounts are checked against it
         else:
             check_refill(spec.burst, spec.ns_per_token)
-            await self._store.set_rate(self._definition, i, spec.ns_per_token, spec.burst)
+            await self._store_rates.set_rate(i, spec.ns_per_token, spec.burst)
             Bucket._set_rate(self, i, spec.ns_per_token, spec.burst)  # amounts are checked against it
         self._rates = [*self._rates[:i], spec, *self._rates[i + 1:]]
 
@@ -186,7 +186,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         span = _params.pause("seconds", seconds)
         if span * 1e9 > MAX_PAUSE_NS:
             raise ValueError(f"seconds must be at most {MAX_PAUSE_NS / 1e9:.0f} over a RedisStore, got {seconds!r}")
-        await self._store.pause(self._definition, round(span * 1e9))
+        await self._store_rates.pause(round(span * 1e9))
 
     async def aretry_after(self, value: str | bytes | float) -> float:
         """Grants nothing, to any client of the key, until a server's ``Retry-After`` has passed
@@ -241,7 +241,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         sent = loop.time()
         wait = -1 if timeout is None else max(0, round(timeout * 1e9))
         try:
-            reserved = await self._store.reserve(self._definition, amount, wait, hold, timeout)
+            reserved = await self._store_rates.reserve(amount, wait, hold, timeout)
         except BaseException as error:
             self._lone = 0
             self._asked()
@@ -281,7 +281,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
     async def _end_hold_of(self, record: bytes) -> None:
         """Ends a held grant's hold in Redis; should Redis not answer, it ends by itself later (stricter)."""
         try:
-            await self._store.end_hold(self._definition, record)
+            await self._store_rates.end_hold(record)
         except StoreError:
             pass
 
@@ -314,7 +314,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         and with its own (ahead) could not come within timeout. Where Redis does not answer, its
         reservation will meet that."""
         try:
-            delay = await self._store.fit_delay(self._definition, ahead, timeout)
+            delay = await self._store_rates.fit_delay(ahead, timeout)
         except (StoreError, TimeoutError):  # its deadline keeps it
             return
         if delay > timeout * 1e9:
@@ -368,10 +368,10 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         more: list[Reserved] = []
         try:
             if followers:
-                reserved, more = await self._store.reserve_run(self._definition, waiter.amount, wait,
+                reserved, more = await self._store_rates.reserve_run(waiter.amount, wait,
                                                                [f.amount for _, f in followers], within)
             else:
-                reserved = await self._store.reserve(self._definition, waiter.amount, wait, waiter.hold, within)
+                reserved = await self._store_rates.reserve(waiter.amount, wait, waiter.hold, within)
         except Exception as error:  # StoreError, TimeoutError, ValueError, or a reply it did not expect
             reserved = error
         finally:
@@ -427,7 +427,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         again behind the others."""
         loop = asyncio.get_running_loop()
         try:
-            fresh: Reserved | int | None | Exception = await self._store.reserve(self._definition, waiter.amount,
+            fresh: Reserved | int | None | Exception = await self._store_rates.reserve(waiter.amount,
                                                                                      0, waiter.hold)
         except Exception as error:
             fresh = error
@@ -452,7 +452,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
     async def _cancel(self, record: bytes) -> None:
         """Cancels a reservation in Redis, by the script's rule."""
         try:
-            await self._store.cancel(self._definition, record)
+            await self._store_rates.cancel(record)
         except (StoreError, ValueError):
             pass  # the tokens stay taken: stricter, never looser
 
@@ -523,7 +523,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         return loop
 
 
-serve("redis", RedisLimiter)
+serve("RedisStore", False, RedisLimiter)
 
 
 def check_refill(burst: float, ns_per_token: float) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from . import _params
 from ._limiter import WindowLimiter, serve
 from ._redis_limiter import RedisLimiter, check_refill
-from ._store_redis import RedisStore, window_definition
+from ._store_redis import RedisStore
 
 
 class RedisWindowLimiter(RedisLimiter, WindowLimiter[RedisStore]):
@@ -24,7 +24,7 @@ class RedisWindowLimiter(RedisLimiter, WindowLimiter[RedisStore]):
         spec, period_ns = _params.window(max_rate, time_period)
         check_refill(1, period_ns)
         self._setup([spec], period_ns, _params.flag("fair", fair), smallest_first=False)
-        self._over(store, window_definition(period_ns, spec.max_rate))
+        self._over(store, store.bind_window(period_ns, spec.max_rate))
 
 
-serve("redis window", RedisWindowLimiter)
+serve("RedisStore", True, RedisWindowLimiter)

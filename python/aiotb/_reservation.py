@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Generator
 if TYPE_CHECKING:
     from ._dispatch import Dispatcher
     from ._limiter import Limiter
-    from ._store_redis import Reserved
+    from ._store import Reserved
 
 
 class BaseReservation(ABC):

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from . import _params
-from ._store import Fallback, StoreCorrupt, StoreUnavailable
+from ._capabilities import Capabilities, capabilities, refused
+from ._store import Fallback, Reserved, StoreCorrupt, StoreUnavailable
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis, RedisCluster
@@ -74,15 +75,6 @@ _SCRIPTS = _scripts("common")  # on the server's clock
 _CLIENT_CLOCK_SCRIPTS = _scripts("common", "client_clock")  # tests': never loaded by a store made as documented
 LEASE_SPANS = (0.05, 3600.0)  # s: the shortest and the longest lease
 MOST_UNITS = 1024  # the most units a lease may split the rates into
-
-
-class Reserved(NamedTuple):
-    """A reservation the script made: its grant ``delay`` ns after the server's now, what a cancel
-    needs to give it back, and its instant on the server's clock (ns since the Unix epoch)."""
-
-    delay: int
-    record: bytes
-    at: int
 
 
 class Lease(NamedTuple):
@@ -190,10 +182,33 @@ class RedisStore:
         """Seconds a round trip may take where the caller gives no deadline."""
         return self._timeout
 
-    def _for_key(self, key: object) -> RedisStore:
+    @property
+    def capabilities(self) -> Capabilities:
+        """What a limiter over it serves: every feature but the calls that must answer at once (a leased store:
+        see the README's table of stores); instants on the server's clock, one round trip a call."""
+        return capabilities("RedisStore" if self._lease is None else "RedisStore(lease=)", "the Redis server's",
+                            round_trip=True)
+
+    def bind(self, rates: Sequence[tuple[float, float, float]]) -> RedisRates:
+        """The rates (each ns per token, burst, initial tokens) in the store's hash: one round trip a call."""
+        return RedisRates(self, definition(rates))
+
+    def bind_window(self, period_ns: int, limit: float) -> RedisRates:
+        """A sliding window of at most limit tokens in any period_ns, in the store's hash and log."""
+        return RedisRates(self, window_definition(period_ns, limit))
+
+    def bind_lease(self, rates: Sequence[tuple[float, float, float]]) -> RedisLease:
+        """The rates, leased out in the store's units for its lease span at a time."""
+        if self._lease is None:
+            raise ValueError(f"{self!r} leases nothing: give it lease=seconds")
+        return RedisLease(self, lease_definition(self._units, self._lease, rates))
+
+    def for_key(self, key: object) -> RedisStore:
         """The store of one key of a KeyedLimiter: ``<this key>:<key>``, on the same client."""
         if isinstance(key, bool) or not isinstance(key, (str, int)):
             raise TypeError(f"a KeyedLimiter over a RedisStore takes str or int keys, got {key!r}")
+        if self._lease is not None:
+            raise refused("KeyedLimiter", "RedisStore(lease=)")
         child = object.__new__(RedisStore)
         child._redis, child._url, child._on_error = self._redis, self._url, self._on_error
         child._scripts, child._client_clock, child._timeout = self._scripts, self._client_clock, self._timeout
@@ -212,85 +227,6 @@ class RedisStore:
             return f"RedisStore(<{type(self._redis).__name__}>, {self._key!r}{more})"
         where = pool.connection_kwargs
         return f"RedisStore(<Redis {where.get('host', where.get('path'))}:{where.get('port', '')}>, {self._key!r}{more})"
-
-    # ---- the script's operations; definition: the rates as the script's definition string ----
-
-    async def reserve(self, definition: str, amount: float, wait_ns: int, hold: bool = False,
-                      within: float | None = None) -> Reserved | int | None:
-        """Reserves amount at the first instant every limit grants it, if that is at most wait_ns
-        from now (wait_ns < 0: whenever); None if it is later. A window's grant held (until
-        end_hold) if hold; the ns after which to ask again, when it would fit only once held grants
-        end. ValueError above a burst; TimeoutError if no reply came within ``within`` seconds (the
-        caller's deadline)."""
-        words = await self._run(definition, f"reserve {float(amount)!r} {wait_ns} {1 if hold else 0}", within)
-        status = words[0]
-        if status == b"0":
-            return Reserved(int(words[1]), b" ".join(words[3:]), int(words[3]) * 1000 + int(words[2]))
-        if status == b"3":
-            return None
-        if status == b"4":
-            return int(words[1])
-        raise _too_much(self, amount)
-
-    async def reserve_run(self, definition: str, amount: float, wait_ns: int, then: Sequence[float],
-                          within: float | None = None) -> tuple[Reserved | None, list[Reserved]]:
-        """``reserve`` on rates, and if its grant is due now, each amount of ``then`` in turn while that is
-        due now too: every waiter whose tokens are free now, in one round trip. The first reservation
-        (None if not within wait_ns) and the grants of ``then`` made with it, each with its own record."""
-        words = await self._run(definition, f"reserve {float(amount)!r} {wait_ns} 0 " + " ".join(
-            repr(float(more)) for more in then), within)
-        if words[0] == b"3":
-            return None, []
-        if words[0] != b"0":
-            raise _too_much(self, amount)
-        width = 2 * (definition.count(";") + 1)  # each rate's F before and after
-        delay, epoch = int(words[1]), words[3]
-        at = int(epoch) * 1000 + int(words[2])
-        first = Reserved(delay, b" ".join(words[3:4 + width]), at)
-        return first, [Reserved(delay, b" ".join([epoch, *words[i:i + width]]), at)
-                       for i in range(4 + width, len(words), width)]
-
-    async def end_hold(self, definition: str, record: bytes) -> None:
-        """Ends the hold of a window's grant now: from now on it is inside the windows of this instant only."""
-        await self._run(definition, b"end_hold " + record)
-
-    async def cancel(self, definition: str, record: bytes) -> int:
-        """Gives a reservation back to each rate nobody reserved from since; how many rates took it back."""
-        return int((await self._run(definition, b"cancel " + record))[1])
-
-    async def fit_delay(self, definition: str, amount: float, within: float | None = None) -> int:
-        """ns from now until every limit could grant amount (were held grants to end now); ValueError
-        above what one grant may take; TimeoutError if no reply came within ``within`` seconds."""
-        words = await self._run(definition, f"fit {float(amount)!r}", within)
-        if words[0] == b"1":
-            raise _too_much(self, amount)
-        return int(words[1])
-
-    async def tokens(self, definition: str) -> float:
-        """Tokens available now (the fewest over the rates; 0 while paused)."""
-        return float((await self._run(definition, "tokens"))[1])
-
-    async def set_rate(self, definition: str, index: int, ns_per_token: float, burst: float) -> None:
-        """Changes rate index (from 0) for every client, keeping the tokens held now, at most the new burst."""
-        await self._run(definition, f"set_rate {index + 1} {ns_per_token!r} {burst!r}")
-
-    async def set_window(self, definition: str, period_ns: int, limit: float) -> None:
-        """Changes a window's period and limit for every client, from now on."""
-        await self._run(definition, f"set_rate {period_ns} {limit!r}")
-
-    async def pause(self, definition: str, span_ns: int) -> int:
-        """No grant for span_ns from the server's now (a later pause only moves it later); ns until its end."""
-        return int((await self._run(definition, f"pause {span_ns}"))[1])
-
-    async def lease_units(self, definition: str, holder: str, have: int, want: int, give_back: float) -> Lease:
-        """Renews holder's lease of the units of definition (or starts one), keeping ``have`` units and
-        giving the rest back, each holding give_back of its burst; asks for ``want`` in all."""
-        words = await self._run(definition, f"lease {holder} {have} {want} {give_back!r}")
-        return Lease(int(words[1]), int(words[2]), words[3] == b"1", float(words[4]), int(words[5]))
-
-    async def release_units(self, definition: str, holder: str, give_back: float) -> None:
-        """Gives every unit of holder back, each holding give_back of its burst."""
-        await self._run(definition, f"release {holder} {give_back!r}")
 
     async def _run(self, definition: str, operation: str | bytes, within: float | None = None) -> list[bytes]:
         """One round trip of the script: operation (its name and words) on the limits of definition;
@@ -367,6 +303,120 @@ class RedisStore:
         """The error for a round trip the server did not answer."""
         return StoreUnavailable(f"{self!r} did not answer: nothing was granted from it ({type(error).__name__}: "
                                 f"{error})")
+
+
+class _Bound:
+    """Limits in a RedisStore, bound to their definition (what the key's hash was made with)."""
+
+    __slots__ = ("_store", "_definition")
+
+    def __init__(self, store: RedisStore, definition: str) -> None:
+        self._store = store
+        self._definition = definition
+
+    @property
+    def store(self) -> RedisStore:
+        """The store they are in."""
+        return self._store
+
+    @property
+    def definition(self) -> str:
+        """The script's definition string of the limits."""
+        return self._definition
+
+    async def pause(self, span_ns: int) -> int:
+        """No grant for span_ns from the server's now (a later pause only moves it later); ns until its end."""
+        return int((await self._store._run(self._definition, f"pause {span_ns}"))[1])
+
+
+class RedisRates(_Bound):
+    """A limiter's rates (or window) in a RedisStore (``store.bind``): the script's operations on them, one round
+    trip each; the store's ``StoreRates``."""
+
+    __slots__ = ()
+
+    async def reserve(self, amount: float, wait_ns: int, hold: bool = False,
+                      within: float | None = None) -> Reserved | int | None:
+        """Reserves amount at the first instant every limit grants it, if that is at most wait_ns
+        from now (wait_ns < 0: whenever); None if it is later. A window's grant held (until
+        end_hold) if hold; the ns after which to ask again, when it would fit only once held grants
+        end. ValueError above a burst; TimeoutError if no reply came within ``within`` seconds (the
+        caller's deadline)."""
+        operation = f"reserve {float(amount)!r} {wait_ns} {1 if hold else 0}"
+        words = await self._store._run(self._definition, operation, within)
+        status = words[0]
+        if status == b"0":
+            return Reserved(int(words[1]), b" ".join(words[3:]), int(words[3]) * 1000 + int(words[2]))
+        if status == b"3":
+            return None
+        if status == b"4":
+            return int(words[1])
+        raise _too_much(self._store, amount)
+
+    async def reserve_run(self, amount: float, wait_ns: int, then: Sequence[float],
+                          within: float | None = None) -> tuple[Reserved | None, list[Reserved]]:
+        """``reserve`` on rates, and if its grant is due now, each amount of ``then`` in turn while that is
+        due now too: every waiter whose tokens are free now, in one round trip. The first reservation
+        (None if not within wait_ns) and the grants of ``then`` made with it, each with its own record."""
+        words = await self._store._run(self._definition, f"reserve {float(amount)!r} {wait_ns} 0 " + " ".join(
+            repr(float(more)) for more in then), within)
+        if words[0] == b"3":
+            return None, []
+        if words[0] != b"0":
+            raise _too_much(self._store, amount)
+        width = 2 * (self._definition.count(";") + 1)  # each rate's F before and after
+        delay, epoch = int(words[1]), words[3]
+        at = int(epoch) * 1000 + int(words[2])
+        first = Reserved(delay, b" ".join(words[3:4 + width]), at)
+        return first, [Reserved(delay, b" ".join([epoch, *words[i:i + width]]), at)
+                       for i in range(4 + width, len(words), width)]
+
+    async def end_hold(self, record: bytes) -> None:
+        """Ends the hold of a window's grant now: from now on it is inside the windows of this instant only.
+        Rates without a window hold nothing: no round trip."""
+        if not self._definition.startswith("window"):
+            return
+        await self._store._run(self._definition, b"end_hold " + record)
+
+    async def cancel(self, record: bytes) -> int:
+        """Gives a reservation back to each rate nobody reserved from since; how many rates took it back."""
+        return int((await self._store._run(self._definition, b"cancel " + record))[1])
+
+    async def fit_delay(self, amount: float, within: float | None = None) -> int:
+        """ns from now until every limit could grant amount (were held grants to end now); ValueError
+        above what one grant may take; TimeoutError if no reply came within ``within`` seconds."""
+        words = await self._store._run(self._definition, f"fit {float(amount)!r}", within)
+        if words[0] == b"1":
+            raise _too_much(self._store, amount)
+        return int(words[1])
+
+    async def tokens(self) -> float:
+        """Tokens available now (the fewest over the rates; 0 while paused)."""
+        return float((await self._store._run(self._definition, "tokens"))[1])
+
+    async def set_rate(self, index: int, ns_per_token: float, burst: float) -> None:
+        """Changes rate index (from 0) for every client, keeping the tokens held now, at most the new burst."""
+        await self._store._run(self._definition, f"set_rate {index + 1} {ns_per_token!r} {burst!r}")
+
+    async def set_window(self, period_ns: int, limit: float) -> None:
+        """Changes a window's period and limit for every client, from now on."""
+        await self._store._run(self._definition, f"set_rate {period_ns} {limit!r}")
+
+
+class RedisLease(_Bound):
+    """A limiter's rates leased out in units (``store.bind_lease``): the lease script's operations on them."""
+
+    __slots__ = ()
+
+    async def lease_units(self, holder: str, have: int, want: int, give_back: float) -> Lease:
+        """Renews holder's lease of the units of definition (or starts one), keeping ``have`` units and
+        giving the rest back, each holding give_back of its burst; asks for ``want`` in all."""
+        words = await self._store._run(self._definition, f"lease {holder} {have} {want} {give_back!r}")
+        return Lease(int(words[1]), int(words[2]), words[3] == b"1", float(words[4]), int(words[5]))
+
+    async def release_units(self, holder: str, give_back: float) -> None:
+        """Gives every unit of holder back, each holding give_back of its burst."""
+        await self._store._run(self._definition, f"release {holder} {give_back!r}")
 
 
 def _too_much(store: RedisStore, amount: float) -> ValueError:

@@ -16,12 +16,14 @@ import math
 import os
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
+from ._capabilities import Capabilities, capabilities, refused
 from ._core import IMPLEMENTATION
 from ._store import StoreCorrupt
 
 if TYPE_CHECKING:
+    from ._shm_rates import SharedRates
     from ._tokenbucket import Segment
 
 JOIN_WAIT = 2.0  # s: how long a joiner waits for the creator to size, open to it and publish the object
@@ -79,6 +81,23 @@ class SharedMemoryStore:
     def __repr__(self) -> str:
         trusted = f", trusted_uids={list(self._trusted_uids)}" if self._trusted_uids else ""
         return f"SharedMemoryStore({self._name!r}, mode={self._mode:#o}{trusted})"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What a limiter over it serves (see the README's table of stores); instants on CLOCK_MONOTONIC,
+        which every process of the host shares; every call answered at once."""
+        return capabilities("SharedMemoryStore", "CLOCK_MONOTONIC", round_trip=False)
+
+    def bind(self, rates: Sequence[tuple[float, float, float]]) -> SharedRates:
+        """The rates (each ns per token, burst, initial tokens) in the named object: created with them, or
+        joined (ValueError if it holds other rates)."""
+        from ._shm_rates import SharedRates
+
+        return SharedRates(self, self._open(tuple(rates)))
+
+    def for_key(self, key: object) -> SharedMemoryStore:
+        """Not here: every key's limiter would share the object's one set of rates (TypeError)."""
+        raise refused("KeyedLimiter", "SharedMemoryStore")
 
     def _open(self, rates: tuple[tuple[float, float, float], ...]) -> Segment:
         """The object mapped, created with rates or joined with the same rates."""
