@@ -263,11 +263,15 @@ def test_cancelling_the_head_waiter_lets_the_next_go_sooner(lib, mrun, cancel_fi
 # ---- the public surface ----
 
 def test_constructor_signature(lib):
+    """aiolimiter's parameters, in its order, kinds and defaults; aiotb's one more (store=) is keyword-only with a
+    default, so that every call written for aiolimiter binds the same way."""
     def shape(cls: type) -> list[tuple[str, Any, Any]]:
         return [(p.name, p.kind, p.default) for p in inspect.signature(cls).parameters.values()]
 
-    assert shape(lib.AsyncLimiter) == shape(aiolimiter.AsyncLimiter)
-    assert shape(lib.AsyncLimiter) == [
+    ours, theirs = shape(lib.AsyncLimiter), shape(aiolimiter.AsyncLimiter)
+    assert ours[:len(theirs)] == theirs
+    assert ours[len(theirs):] == [("store", inspect.Parameter.KEYWORD_ONLY, None)]
+    assert theirs == [
         ("max_rate", inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty),
         ("time_period", inspect.Parameter.POSITIONAL_OR_KEYWORD, 60),
     ]

@@ -60,13 +60,13 @@ def test_a_limiter_over_redis_is_a_redis_limiter(lib: SimpleNamespace, redis_url
 
 
 def test_only_limiter_and_window_limiter_take_a_redis_store(lib: SimpleNamespace, redis_url: str) -> None:
-    with pytest.raises(TypeError, match="AsyncLimiter is aiolimiter's limiter, of one process"):
+    with pytest.raises(TypeError, match="AsyncLimiter is aiolimiter's limiter, whose has_capacity answers at once"):
         lib.AsyncLimiter(10, 1, store=lib.package.RedisStore(redis_url, KEY))
 
     class Own(lib.Limiter):  # type: ignore[misc, name-defined]
         pass
 
-    with pytest.raises(TypeError, match="Limiter and WindowLimiter themselves"):
+    with pytest.raises(TypeError, match="store= works with Limiter itself, not Own"):
         Own(10, 1, store=lib.package.RedisStore(redis_url, KEY))
     window = lib.WindowLimiter(10, 1, store=lib.package.RedisStore(redis_url, KEY))
     assert isinstance(window, lib.WindowLimiter) and isinstance(window, lib.package.RedisLimiter)

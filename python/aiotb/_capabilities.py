@@ -31,6 +31,10 @@ _ROUND_TRIP = "these need a round trip to Redis: await atry_acquire, ahas_capaci
 OTHER_LOOP = ("a limiter over a RedisStore serves the event loop it is first used on (its redis.asyncio client belongs "
               "to it), and calls from other loops wait there while it runs: this one is not running")
 
+_AIOLIMITER = ("AsyncLimiter is aiolimiter's limiter, whose has_capacity answers at once, which over Redis needs a round "
+               "trip; use Limiter(max_rate, time_period, burst=max_rate, fair=False), or AsyncLimiter over a "
+               "SharedMemoryStore for the processes of one host")
+
 # (feature, store): why it is not served there
 REFUSED: dict[tuple[str, Store], str] = {
     ("try_acquire, has_capacity, tokens", "RedisStore"): _ROUND_TRIP,
@@ -48,18 +52,12 @@ REFUSED: dict[tuple[str, Store], str] = {
     ("WindowLimiter", "RedisStore(lease=)"):
         "WindowLimiter takes no leased RedisStore: a window's grants must all be logged in one place; give it "
         "RedisStore(redis, key) without lease=",
-    ("AsyncLimiter", "SharedMemoryStore"):
-        "AsyncLimiter is aiolimiter's limiter, of one process (smallest request first, newcomers ahead of "
-        "waiters); over a store use Limiter(max_rate, time_period, burst=max_rate, fair=False)",
-    ("AsyncLimiter", "RedisStore"):
-        "AsyncLimiter is aiolimiter's limiter, of one process (smallest request first, newcomers ahead of "
-        "waiters); over a store use Limiter(max_rate, time_period, burst=max_rate, fair=False)",
-    ("AsyncLimiter", "RedisStore(lease=)"):
-        "AsyncLimiter is aiolimiter's limiter, of one process (smallest request first, newcomers ahead of "
-        "waiters); over a store use Limiter(max_rate, time_period, burst=max_rate, fair=False)",
+    ("AsyncLimiter", "RedisStore"): _AIOLIMITER,
+    ("AsyncLimiter", "RedisStore(lease=)"): _AIOLIMITER,
     ("KeyedLimiter", "SharedMemoryStore"):
-        "KeyedLimiter takes no SharedMemoryStore: every key's limiter would share its one set of rates; a "
-        "RedisStore keeps one hash per key",
+        "KeyedLimiter takes no SharedMemoryStore: each key would need a shared-memory object of its own, which no "
+        "process may remove while another may still use it, so every key ever seen would stay in memory until a "
+        "reboot; a RedisStore keeps one hash per key, which expires once full",
     ("KeyedLimiter", "RedisStore(lease=)"):
         "KeyedLimiter takes no leased RedisStore: a lease per key would renew every key of every client; give it "
         "RedisStore(redis, key) without lease=",

@@ -416,4 +416,4 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         return loop
 
 
-serve("RedisStore(lease=)", False, RedisLeaseLimiter)
+serve("RedisStore(lease=)", "Limiter", RedisLeaseLimiter)

@@ -12,12 +12,12 @@ import functools
 import inspect
 import time
 from asyncio import events
-from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Coroutine, Generic, NamedTuple,
+from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Coroutine, Generic, Literal, NamedTuple,
                     ParamSpec, Protocol, Self, Sequence, TypeAlias, TypeVar, cast, overload)
 
 from . import _params
 from ._core import Bucket
-from ._capabilities import Store, refused
+from ._capabilities import Store, refusal, refused
 from ._dispatch import PRECISE_REFILL
 from ._owners import Owners
 from ._reservation import BaseReservation, Reservation
@@ -38,9 +38,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-# The limiter classes of the stores, by the store's kind and whether a window: the module of each enters its own
-# (serve) when aiotb is imported, so that this module imports none of them.
-_OVER: dict[tuple[Store, bool], type[Limiter[Any]]] = {}
+# The limiter classes of the stores, by the store's kind and the class asked for: the module of each enters its
+# own (serve) when aiotb is imported, so that this module imports none of them.
+Flavour = Literal["Limiter", "WindowLimiter", "AsyncLimiter"]
+_OVER: dict[tuple[Store, Flavour], type[Limiter[Any]]] = {}
 
 
 def not_a_store(store: object) -> TypeError:
@@ -50,10 +51,10 @@ def not_a_store(store: object) -> TypeError:
                      f"RedisStore(url, key) (every host), got {given}")
 
 
-def serve(kind: Store, window: bool, limiter_class: type[Limiter[Any]]) -> None:
-    """Makes limiter_class the class of ``Limiter(..., store=...)`` (``WindowLimiter`` if window) over a store of
-    kind."""
-    _OVER[kind, window] = limiter_class
+def serve(kind: Store, flavour: Flavour, limiter_class: type[Limiter[Any]]) -> None:
+    """Makes limiter_class the class of ``Limiter(..., store=...)`` (or of flavour, the class asked for) over a
+    store of kind."""
+    _OVER[kind, flavour] = limiter_class
 
 
 class LimiterStats(NamedTuple):
@@ -133,21 +134,18 @@ class Limiter(Generic[StoreT], Bucket):
             return super().__new__(cls)
         if not isinstance(store, (RedisStore, SharedMemoryStore)):
             raise not_a_store(store)
-        served = store.capabilities
-        if served.kind == "SharedMemoryStore":
+        kind = store.capabilities.kind
+        if kind == "SharedMemoryStore":
             _segment_type()  # RuntimeError first, where there is no shared memory or no C engine
         if issubclass(cls, tuple(_OVER.values())):  # a store's limiter, made directly: it checks its store itself
             return super().__new__(cls)
-        if issubclass(cls, AsyncLimiter):
-            raise refused("AsyncLimiter", served.kind)
-        window = issubclass(cls, WindowLimiter)
-        if window and not served.window:
-            raise refused("WindowLimiter", served.kind)
-        if cls is not Limiter and cls is not WindowLimiter:
-            raise TypeError(f"store={served.kind.partition('(')[0]}(...) works with "
-                            f"{'Limiter and WindowLimiter themselves' if served.window else 'Limiter itself'}, "
-                            f"not {cls.__name__}")
-        return cast(Self, Bucket.__new__(_OVER[served.kind, window]))
+        flavour: Flavour = ("WindowLimiter" if issubclass(cls, WindowLimiter) else
+                            "AsyncLimiter" if issubclass(cls, AsyncLimiter) else "Limiter")
+        if flavour != "Limiter" and refusal(flavour, kind):
+            raise refused(flavour, kind)
+        if cls not in (Limiter, WindowLimiter, AsyncLimiter):
+            raise TypeError(f"store= works with {flavour} itself, not {cls.__name__}")
+        return cast(Self, Bucket.__new__(_OVER[kind, flavour]))
 
     @overload
     def __init__(self: Limiter[None], max_rate: float | None = None, time_period: float = 60, *,
@@ -452,6 +450,11 @@ class Limiter(Generic[StoreT], Bucket):
 OUT_OF_RANGE = "Amount must be a number between 0 and the maximum capacity"  # aiolimiter 1.3.0's ValueError
 
 
+def aiolimiter_rate(max_rate: float, time_period: float) -> _params.Rate:
+    """aiolimiter's capacity: max_rate, refilled over time_period (below one token allowed)."""
+    return _params.rate("", max_rate, time_period, burst_below_one=True)
+
+
 def _granted_nothing(amount: object, error: ValueError) -> None:
     """For Limiter's ``error`` about ``amount``, aiolimiter 1.3.0's answer: returns for 0, which it grants at
     once; raises its ValueError for an amount below 0 or NaN, and ``error`` itself for any other."""
@@ -466,20 +469,28 @@ async def _nothing_to_take() -> None:
     """What ``AsyncLimiter.acquire(0)`` returns: done at once, as aiolimiter's."""
 
 
-class AsyncLimiter(Limiter[None]):
+class AsyncLimiter(Limiter[StoreT]):
     """Drop-in for ``aiolimiter.AsyncLimiter`` 1.3.0: capacity max_rate, newcomers take free capacity
     ahead of waiters, waiters wake smallest amount first, and an amount of 0 goes through at once.
     Subclass it as aiolimiter users do: an ``__init__`` of your own that calls
-    ``super().__init__(max_rate, time_period)``."""
+    ``super().__init__(max_rate, time_period)``. With ``store=SharedMemoryStore(name)``, one capacity for
+    every process of the host that uses the name (each process's waiters wake smallest first)."""
 
     __slots__ = ()
     _warn_on_reuse = True
     _capacity_is_max_rate = True
     _smallest_first = True
 
-    def __init__(self, max_rate: float, time_period: float = 60) -> None:
-        self._setup([_params.rate("", max_rate, time_period, burst_below_one=True)], None, fair=False,
-                    smallest_first=True)
+    @overload
+    def __init__(self: AsyncLimiter[None], max_rate: float, time_period: float = 60, *, store: None = None) -> None:
+        ...
+    @overload
+    def __init__(self: AsyncLimiter[SharedMemoryStore], max_rate: float, time_period: float = 60, *,
+                 store: SharedMemoryStore) -> None: ...
+    def __init__(self, max_rate: float, time_period: float = 60, *, store: SharedMemoryStore | None = None) -> None:
+        if store is not None:  # a subclass that let store= through: its instance has no store behind it
+            raise TypeError(f"store= works with AsyncLimiter itself, not {type(self).__name__}")
+        self._setup([aiolimiter_rate(max_rate, time_period)], None, fair=False, smallest_first=True)
 
     def acquire(self, amount: float = 1, timeout: float | None = None) -> Coroutine[Any, Any, None]:
         """Waits for ``amount`` tokens (aiolimiter's ``acquire``). With ``timeout`` (aiotb's, not in
@@ -523,7 +534,7 @@ class AsyncLimiter(Limiter[None]):
         if isinstance(amount, (int, float)) and not isinstance(amount, bool) and amount > self.max_rate:
             return False
         try:
-            return super().has_capacity(amount)
+            return cast("LocalLimiter", super()).has_capacity(amount)  # its store answers at once
         except ValueError as error:
             _granted_nothing(amount, error)
             return True
@@ -537,7 +548,7 @@ class AsyncLimiter(Limiter[None]):
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}) "
-                f"at {id(self):#x} [tokens: {self.tokens:.6g}, waiters: {self.waiting}]>")
+                f"at {id(self):#x} [tokens: {cast('LocalLimiter', self).tokens:.6g}, waiters: {self.waiting}]>")
 
 
 class WindowLimiter(Limiter[StoreT]):

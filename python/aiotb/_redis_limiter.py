@@ -523,7 +523,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         return loop
 
 
-serve("RedisStore", False, RedisLimiter)
+serve("RedisStore", "Limiter", RedisLimiter)
 
 
 def check_refill(burst: float, ns_per_token: float) -> None:

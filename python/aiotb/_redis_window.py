@@ -27,4 +27,4 @@ class RedisWindowLimiter(RedisLimiter, WindowLimiter[RedisStore]):
         self._over(store, store.bind_window(period_ns, spec.max_rate))
 
 
-serve("RedisStore", True, RedisWindowLimiter)
+serve("RedisStore", "WindowLimiter", RedisWindowLimiter)

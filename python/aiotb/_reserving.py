@@ -1,5 +1,6 @@
 """The queue of a limiter whose rates live in a store that other processes or hosts share: this process's
-waiters, first come first served, in front of reservations in the store, and one rule for both stores.
+waiters, first come first served (smallest amount first for an AsyncLimiter), in front of reservations in the
+store, and one rule for both stores.
 
 Order across processes or hosts is the order of reservations in the store: each takes its place behind
 every grant reserved before it. Order within a limiter is its queue's. A limiter holds at most one
@@ -125,6 +126,16 @@ class ReservingLimiter(Limiter[StoreT]):
             self._queue[ident] = Waiter(handle, owner, amount, deadline, now, *self._waiter_extras())
         return ident
 
+    def _head(self) -> tuple[int, Waiter] | None:
+        """The waiter the next reservation is for (None: none waits): the first queued, or for a limiter whose
+        waiters wake smallest first (AsyncLimiter), the smallest amount, the first of equals."""
+        queue = self._queue
+        if not queue:
+            return None
+        if self._smallest_first:
+            return min(queue.items(), key=_amount_of)
+        return next(iter(queue.items()))
+
     def _waiter_extras(self) -> tuple[bool, Any]:
         """A new waiter's hold and task."""
         return False, None
@@ -160,9 +171,10 @@ class ReservingLimiter(Limiter[StoreT]):
                     else:
                         self._granted(slot, now)
                     continue
-                if self._asking or not queue:
+                head = None if self._asking else self._head()
+                if head is None:
                     break
-                ident, waiter = next(iter(queue.items()))
+                ident, waiter = head
                 self._ask(ident, waiter, now)
                 slot = self._slot
                 if slot is not None and slot.at > now and waiter.owner is not owner:
@@ -192,7 +204,7 @@ class ReservingLimiter(Limiter[StoreT]):
     def _spare(self, amount: float, hold: bool, record: Any, now: float) -> None:
         """A grant of the store's whose waiter left: to the head if that one asks for no more and has no
         reservation of its own, else back to the store."""
-        head = next(iter(self._queue.items()), None)
+        head = self._head()
         if head is not None and self._slot is None and head[1].amount <= amount and head[1].hold == hold:
             self._grant_now(head[0], now, record)
         else:
@@ -302,11 +314,12 @@ class ReservingLimiter(Limiter[StoreT]):
         no later than its own would, and within its deadline), else given back."""
         if slot.record is None:
             return
-        for ident, waiter in self._queue.items():
+        head = self._head()
+        if head is not None:
+            ident, waiter = head
             if waiter.amount <= slot.amount and slot.at <= waiter.deadline and waiter.hold == slot.hold:
                 self._slot = slot._replace(ident=ident)
                 return
-            break
         self._give_back(slot.record)
 
     def _count_grant(self, amount: float, waited: float | None, record: Any) -> None:
@@ -322,3 +335,8 @@ class ReservingLimiter(Limiter[StoreT]):
     def _stats(self) -> tuple[int, float, int, float, float, int, int]:
         granted, tokens, waits, total, most, cancelled, timeouts = self._counts
         return (int(granted), float(tokens), int(waits), float(total), float(most), int(cancelled), int(timeouts))
+
+
+def _amount_of(item: tuple[int, Waiter]) -> float:
+    """A queue entry's amount."""
+    return item[1].amount

@@ -17,7 +17,7 @@ from typing import Any, Coroutine, Sequence
 from . import _params
 from ._clock import is_monotonic_loop
 from ._core import Bucket
-from ._limiter import serve
+from ._limiter import AsyncLimiter, aiolimiter_rate, serve
 from ._reserving import ReservingLimiter, Slot, Waiter
 from ._shm_rates import SharedRates
 from ._store import Reserved, StoreCorrupt, at_once
@@ -33,11 +33,15 @@ class SharedLimiter(ReservingLimiter[SharedMemoryStore]):
     def __init__(self, max_rate: float | None = None, time_period: float = 60, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
                  rates: Sequence[tuple[float, ...]] | None = None, store: SharedMemoryStore | None = None) -> None:
+        checked = _params.limiter_rates(max_rate, time_period, burst, initial, rates)
+        self._over(store, checked, _params.flag("fair", fair), smallest_first=False)
+
+    def _over(self, store: object, rates: list[_params.Rate], fair: bool, smallest_first: bool) -> None:
+        """Serves rates (checked) in store, joined or created there."""
         if not isinstance(store, SharedMemoryStore):
             raise TypeError(f"store must be a SharedMemoryStore, got {store!r}")
-        checked = _params.limiter_rates(max_rate, time_period, burst, initial, rates)
-        self._setup(checked, None, _params.flag("fair", fair), smallest_first=False)
-        self._store_rates: SharedRates = store.bind([r.engine() for r in checked])
+        self._setup(rates, None, fair, smallest_first)
+        self._store_rates: SharedRates = store.bind([r.engine() for r in rates])
         self._segment = self._store_rates.segment  # the engine's fast path takes from it
         self._store = store
         self._loop_checked: asyncio.AbstractEventLoop | None = None
@@ -180,9 +184,46 @@ class SharedLimiter(ReservingLimiter[SharedMemoryStore]):
         return granted + fast, tokens + fast_tokens, waits, total, most, cancelled, timeouts
 
 
+class SharedAsyncLimiter(AsyncLimiter[SharedMemoryStore], SharedLimiter):
+    """``AsyncLimiter(max_rate, time_period, store=SharedMemoryStore(name))``: aiolimiter's capacity, shared by
+    every process of the host that uses the name. As aiolimiter's, a waiter holds nothing ahead: newcomers take
+    free capacity before it, and this process's waiters wake smallest amount first. So its queue reserves nothing:
+    its head is timed for the instant its amount fits, and takes it then if it still does, else is timed again."""
+
+    __slots__ = ()
+
+    def __init__(self, max_rate: float, time_period: float = 60, *, store: SharedMemoryStore | None = None) -> None:
+        self._over(store, [aiolimiter_rate(max_rate, time_period)], fair=False, smallest_first=True)
+
+    def _enqueue(self, amount: float, timeout: float | None, handle: Any, owner: object) -> int:
+        """As the queue's; a newcomer smaller than the head timed now takes its turn at the next pass."""
+        ident = super()._enqueue(amount, timeout, handle, owner)
+        with self._queue_lock:
+            slot = self._slot
+            if slot is not None and slot.record is None and amount < slot.amount:
+                self._slot = None
+        return ident
+
+    def _ask(self, ident: int, waiter: Waiter, now: float) -> None:
+        """Takes the head's amount if it fits now, else times the head for the instant it will (asking again
+        then: a slot with no record)."""
+        rates = self._store_rates
+        try:
+            taken = at_once(rates.reserve(waiter.amount, 0))
+            delay = 0 if taken is not None else at_once(rates.fit_delay(waiter.amount))
+        except (ValueError, StoreCorrupt) as error:  # above a burst another process set; a corrupt segment
+            self._fail(ident, error)
+            return
+        if isinstance(taken, Reserved):
+            self._slot = Slot(ident, now, now, taken.record, waiter.amount, False)
+        else:  # taken by others since it was timed: a nanosecond at least, so that a pass never spins on it
+            self._slot = Slot(ident, now + max(delay, 1) / 1e9, math.inf, None, waiter.amount, False)
+
+
 def _ns(seconds: float) -> int:
     """seconds on CLOCK_MONOTONIC as the segment's ns (inf: never)."""
     return _NEVER if seconds >= _NEVER / 1e9 else round(seconds * 1e9)
 
 
-serve("SharedMemoryStore", False, SharedLimiter)
+serve("SharedMemoryStore", "Limiter", SharedLimiter)
+serve("SharedMemoryStore", "AsyncLimiter", SharedAsyncLimiter)

@@ -96,7 +96,7 @@ class SharedMemoryStore:
         return SharedRates(self, self._open(tuple(rates)))
 
     def for_key(self, key: object) -> SharedMemoryStore:
-        """Not here: every key's limiter would share the object's one set of rates (TypeError)."""
+        """Not here: a key would need an object of its own, which no process could remove (TypeError)."""
         raise refused("KeyedLimiter", "SharedMemoryStore")
 
     def _open(self, rates: tuple[tuple[float, float, float], ...]) -> Segment:
