@@ -135,10 +135,9 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
     @on_its_loop
     async def read_tokens(self) -> float:
         """Tokens the units held have now (0 without a lease)."""
-        return self.tokens
+        return self._held_tokens()
 
-    @property
-    def tokens(self) -> float:
+    def _held_tokens(self) -> float:
         """Tokens the units held have now (0 without a lease)."""
         loop = self._loop
         if loop is None or loop.time() >= self._valid_until:

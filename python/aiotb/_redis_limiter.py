@@ -157,11 +157,6 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         """Tokens available now in Redis (the fewest over the rates; 0 while paused)."""
         return await self._store_rates.tokens()
 
-    @property
-    def tokens(self) -> float:
-        """Not here: the tokens live in Redis; ``await limiter.read_tokens()`` reads them."""
-        raise TypeError("the tokens of a limiter over a RedisStore live in Redis: await limiter.read_tokens()")
-
     @on_its_loop
     async def aset_rate(self, max_rate: float, time_period: float | None = None, *,
                         burst: float | None = None, index: int = 0) -> None:

@@ -10,6 +10,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Protocol, TypeVar, cast
 
 from . import _params
+from ._capabilities import refusal
 
 
 class Serving(Protocol):
@@ -70,11 +71,16 @@ class OnItsLoop:
 
     def try_acquire(self, amount: float = 1) -> bool:
         """Not here: the tokens are in Redis; ``await limiter.atry_acquire(amount)``."""
-        raise TypeError(_AWAIT.format(call="try_acquire", twin="atry_acquire(amount)"))
+        raise round_trip("try_acquire()")
 
     def has_capacity(self, amount: float = 1) -> bool:
         """Not here: the tokens are in Redis; ``await limiter.ahas_capacity(amount)``."""
-        raise TypeError(_AWAIT.format(call="has_capacity", twin="ahas_capacity(amount)"))
+        raise round_trip("has_capacity()")
+
+    @property
+    def tokens(self) -> float:
+        """Not here: the tokens are in Redis; ``await limiter.read_tokens()``."""
+        raise round_trip("tokens")
 
     def set_rate(self, max_rate: float, time_period: float | None = None, *, burst: float | None = None,
                  index: int = 0) -> None:
@@ -150,6 +156,11 @@ class OnItsLoop:
     def reserve(self, amount: float = 1) -> Any:
         """Not here: a place in Redis takes a round trip; ``await limiter.areserve(amount)``."""
         raise TypeError(_AWAIT.format(call="reserve", twin="areserve(amount)"))
+
+
+def round_trip(call: str) -> TypeError:
+    """The error of a call that would need a round trip to Redis and is not awaitable (its row of the table)."""
+    return TypeError(f"{call} over a RedisStore: {refusal('try_acquire, has_capacity, tokens', 'RedisStore')}")
 
 
 _own_lock = threading.Lock()
