@@ -12,6 +12,7 @@ import asyncio
 import importlib.util
 import os
 import sys
+import uuid
 import warnings
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -179,6 +180,14 @@ def run(request: pytest.FixtureRequest) -> Iterator[Callable[[Awaitable[T]], T]]
 def run_on() -> Callable[[asyncio.AbstractEventLoop, Awaitable[T]], T]:
     """Runs a coroutine on a given fresh loop, closes the loop, and fails on any loop error, like ``vrun``."""
     return _run_on
+
+
+@pytest.fixture
+def name() -> Iterator[str]:
+    """A fresh SharedMemoryStore name, removed afterwards (C engine only: the twin has no shared memory)."""
+    store_name = f"aiotb-test-{uuid.uuid4().hex[:16]}"
+    yield store_name
+    aiotb.SharedMemoryStore.unlink(store_name)
 
 
 @pytest.fixture(scope="session")

@@ -77,14 +77,6 @@ def neighbour(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Neighbour]:
         subprocess.run(["userdel", user], capture_output=True, check=True)
 
 
-@pytest.fixture
-def name() -> Iterator[str]:
-    """A fresh store name, removed afterwards."""
-    store_name = f"aiotb-hostile-{uuid.uuid4().hex[:16]}"
-    yield store_name
-    SharedMemoryStore.unlink(store_name)
-
-
 # ---- children: started, waited for within a bound, their deaths reported ----
 
 def start_neighbour(neighbour: Neighbour, name: str, deed: str, *args: object) -> subprocess.Popen[str]:

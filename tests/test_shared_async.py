@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from typing import Iterator
 
 import pytest
 
@@ -16,14 +14,6 @@ import aiotb
 from aiotb import AsyncLimiter, SharedMemoryStore
 
 pytestmark = pytest.mark.skipif(aiotb.IMPLEMENTATION != "c", reason="the pure-Python engine has no shared store")
-
-
-@pytest.fixture
-def name() -> Iterator[str]:
-    """A fresh store name, removed afterwards."""
-    store_name = f"aiotb-test-{uuid.uuid4().hex[:16]}"
-    yield store_name
-    SharedMemoryStore.unlink(store_name)
 
 
 def test_it_is_aiolimiters_limiter_over_the_store(name: str) -> None:

@@ -14,9 +14,8 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -32,14 +31,6 @@ from virtual_loop import VirtualClockLoop
 # The run on the pure-Python engine (AIOTB_NO_EXTENSIONS=1) leaves the shared store out: it needs the C
 # engine, as tests/test_bad_input.py checks in that run too.
 pytestmark = pytest.mark.skipif(aiotb.IMPLEMENTATION != "c", reason="the pure-Python engine has no shared store")
-
-
-@pytest.fixture
-def name() -> Iterator[str]:
-    """A fresh store name, removed afterwards."""
-    store_name = f"aiotb-test-{uuid.uuid4().hex[:16]}"
-    yield store_name
-    SharedMemoryStore.unlink(store_name)
 
 
 # ---- the store ----

@@ -99,7 +99,9 @@ def test_loops_in_threads_share_one_fifo_queue(lib, kind):
     total = per_loop * loops
     assert sum(done) == total
     assert limiter.granted == limiter.queued, "grants out of arrival order"
-    assert len(limiter.granted) == total and limiter.waiting == 0
+    # A token is back 5 ms after the limiter is made: the first task takes it at once, not queued, where the loops
+    # take longer to start (a loaded machine, PYTHONASYNCIODEBUG). Every other task waits in the one queue.
+    assert total - 1 <= len(limiter.granted) <= total and limiter.waiting == 0
     assert limiter.stats().granted == total
     assert elapsed >= (total - 1) / 200  # never faster than the rate
     assert len({f.get_loop() for f in limiter.granted}) == loops
