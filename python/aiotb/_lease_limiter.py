@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import datetime
 import math
 import secrets
 from typing import Any, Coroutine, Sequence
@@ -37,9 +36,9 @@ from ._capabilities import OTHER_LOOP, refused
 from ._core import Bucket
 from ._limiter import Limiter, serve
 from ._store import StoreCorrupt, StoreError
-from ._remote import OnItsLoop, on_its_loop
+from ._remote import OnItsLoop, on_its_loop, pause_ns
 from ._reservation import BaseReservation
-from ._store_redis import MAX_PAUSE_NS, Lease, RedisStore
+from ._store_redis import Lease, RedisStore
 
 RENEW_EVERY = 1 / 3  # of a span: how often a holder renews its lease
 STARVED_EVERY = 1 / 10  # of a span: how often a holder asks again while its callers need units it does not hold
@@ -153,18 +152,10 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
     async def apenalize(self, seconds: float) -> None:
         """Grants nothing for ``seconds``: here at once, and at every other holder of the key from
         its next renewal on (one round trip)."""
-        span = _params.pause("seconds", seconds)
-        if span * 1e9 > MAX_PAUSE_NS:
-            raise ValueError(f"seconds must be at most {MAX_PAUSE_NS / 1e9:.0f} over a RedisStore, got {seconds!r}")
+        span_ns = pause_ns(seconds)
         loop = self._check_loop()
-        Limiter.pause_until(self._here(), loop.time() + span)  # its own units, at once
-        await self._store_rates.pause(round(span * 1e9))
-
-    async def aretry_after(self, value: str | bytes | float) -> float:
-        """``penalize`` until a server's ``Retry-After`` has passed (see ``Limiter.retry_after``)."""
-        span = _params.retry_after(value, datetime.datetime.now(datetime.timezone.utc))
-        await self.apenalize(span)
-        return span
+        Limiter.pause_until(self._here(), loop.time() + span_ns / 1e9)  # its own units, at once
+        await self._store_rates.pause(span_ns)
 
     @on_its_loop
     async def aclose(self) -> None:

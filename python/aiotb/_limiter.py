@@ -482,8 +482,8 @@ class AsyncLimiter(Limiter[StoreT]):
     _smallest_first = True
 
     @overload
-    def __init__(self: AsyncLimiter[None], max_rate: float, time_period: float = 60, *, store: None = None) -> None:
-        ...
+    def __init__(self: AsyncLimiter[None], max_rate: float, time_period: float = 60, *,
+                 store: None = None) -> None: ...
     @overload
     def __init__(self: AsyncLimiter[SharedMemoryStore], max_rate: float, time_period: float = 60, *,
                  store: SharedMemoryStore) -> None: ...

@@ -20,7 +20,6 @@ limiter's."""
 from __future__ import annotations
 
 import asyncio
-import datetime
 import itertools
 import math
 import time
@@ -31,12 +30,12 @@ from . import _params
 from ._capabilities import OTHER_LOOP
 from ._core import Bucket
 from ._limiter import serve
-from ._remote import OnItsLoop, on_its_loop
+from ._remote import OnItsLoop, on_its_loop, pause_ns
 from ._redis_slot import RedisSlot
 from ._reservation import RedisReservation
 from ._reserving import ReservingLimiter, Slot, Waiter
 from ._store import Reserved, StoreCorrupt, StoreError, StoreUnavailable
-from ._store_redis import MAX_PAUSE_NS, MAX_REFILL_NS, RedisRates, RedisStore
+from ._store_redis import MAX_REFILL_NS, RedisRates, RedisStore
 
 RUN_MOST = 64  # the most grants one round trip makes: the head's and those due with it
 RETRY_AFTER = 1.0  # s: with on_error "allow" or a fallback, how long Redis is left alone after it failed
@@ -178,17 +177,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
     async def apenalize(self, seconds: float) -> None:
         """Grants nothing, to any client of the key, for ``seconds`` from the server's now: a
         server's ``Retry-After`` (one round trip)."""
-        span = _params.pause("seconds", seconds)
-        if span * 1e9 > MAX_PAUSE_NS:
-            raise ValueError(f"seconds must be at most {MAX_PAUSE_NS / 1e9:.0f} over a RedisStore, got {seconds!r}")
-        await self._store_rates.pause(round(span * 1e9))
-
-    async def aretry_after(self, value: str | bytes | float) -> float:
-        """Grants nothing, to any client of the key, until a server's ``Retry-After`` has passed
-        (see ``Limiter.retry_after``); returns the seconds paused."""
-        span = _params.retry_after(value, datetime.datetime.now(datetime.timezone.utc))
-        await self.apenalize(span)
-        return span
+        await self._store_rates.pause(pause_ns(seconds))
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "

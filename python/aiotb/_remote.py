@@ -5,12 +5,14 @@ await) and reservations, and runs the waits of threads' blocking calls on its ev
 from __future__ import annotations
 
 import asyncio
+import datetime
 import functools
 import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Protocol, TypeVar, cast
 
 from . import _params
 from ._capabilities import refusal
+from ._store_redis import MAX_PAUSE_NS
 
 
 class Serving(Protocol):
@@ -99,6 +101,13 @@ class OnItsLoop:
         """Not here: the pause is in Redis; ``await limiter.apause_until(when)``."""
         raise TypeError(_AWAIT.format(call="pause_until", twin="apause_until(when)"))
 
+    async def aretry_after(self, value: str | bytes | float) -> float:
+        """Grants nothing, to any client of the key, until a server's ``Retry-After`` has passed (see
+        ``Limiter.retry_after``); returns the seconds paused."""
+        span = _params.retry_after(value, datetime.datetime.now(datetime.timezone.utc))
+        await self.apenalize(span)
+        return span
+
     async def apause_until(self, when: float) -> None:
         """Grants nothing, to any client of the key, before loop time ``when``: a pause of what is left of it
         from now, by the server's clock (one round trip; the trip's own time makes it end that much later)."""
@@ -156,6 +165,14 @@ class OnItsLoop:
     def reserve(self, amount: float = 1) -> Any:
         """Not here: a place in Redis takes a round trip; ``await limiter.areserve(amount)``."""
         raise TypeError(_AWAIT.format(call="reserve", twin="areserve(amount)"))
+
+
+def pause_ns(seconds: float) -> int:
+    """seconds (checked) as the ns of a pause in Redis; ValueError beyond the longest one the script keeps exact."""
+    span = _params.pause("seconds", seconds)
+    if span * 1e9 > MAX_PAUSE_NS:
+        raise ValueError(f"seconds must be at most {MAX_PAUSE_NS / 1e9:.0f} over a RedisStore, got {seconds!r}")
+    return round(span * 1e9)
 
 
 def round_trip(call: str) -> TypeError:
