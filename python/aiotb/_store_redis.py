@@ -8,7 +8,6 @@ where the state lives and nothing of event loops; ``_redis_limiter`` waits."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
 from importlib import resources
@@ -17,6 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from . import _params
 from ._capabilities import Capabilities, capabilities, refused
+from ._deadline import Deadline
 from ._store import Fallback, Reserved, StoreCorrupt, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -235,12 +235,12 @@ class RedisStore:
         before the store's timeout (StoreUnavailable): a reply that comes later is never read (redis-py
         drops the connection it was on), so what its script took stays taken."""
         bound = self._timeout if within is None else min(max(0.0, within), self._timeout)
-        deadline = asyncio.timeout(bound)
+        deadline = Deadline(bound)
         try:
-            async with deadline:
+            with deadline:
                 reply = await self._call(definition, operation)
         except TimeoutError as error:
-            if not deadline.expired():
+            if not deadline.expired:
                 raise self._unavailable(error) from error  # an OSError of the socket (ETIMEDOUT)
             if bound < self._timeout:
                 raise TimeoutError(f"{self!r} did not answer within the caller's deadline ({bound:.3g} s): "
