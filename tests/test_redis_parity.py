@@ -48,7 +48,7 @@ import pytest
 import redis.asyncio
 from aiotb import _store_redis
 from aiotb._limits_py import NEVER, NO_PAUSE, OK, TICKS_PER_NS, Limits, Rate, _holding, _ticks
-from aiotb._store_redis import RedisRates, RedisStore, definition, describe
+from aiotb._store_redis import MAX_PAUSE_NS as MOST_LIMIT_NS, RedisRates, RedisStore, definition, describe
 from conftest import CLIENT_START_US as START_US, ClientClock
 
 T = TypeVar("T")
@@ -219,6 +219,8 @@ class Stream:
     def fit_range(self, twin: Limits, bound: list[Fraction], amount: float, now: int) -> tuple[int, int]:
         """Float streams: the earliest and latest instant the script may answer for amount at now."""
         start = max(now, twin.paused_until)
+        if start < twin.limited_until and amount > twin.limited_left:
+            start = twin.limited_until
         lo = hi = start
         for rate, f, carried in zip(twin.rates, twin.state, bound):
             ready = Fraction(f - (rate.burst_ticks - _ticks(amount * rate.ns_per_token)), TICKS_PER_NS)
@@ -248,14 +250,20 @@ class Stream:
             assert "p" not in h
         else:
             self.same_instant("the pause", h["p"], base, twin.paused_until * TICKS_PER_NS, Fraction(0))
+        if twin.limited_until == NO_PAUSE:
+            assert "lu" not in h and "ll" not in h
+        else:
+            self.same_instant("the limit's end", h["lu"], base, twin.limited_until * TICKS_PER_NS, Fraction(0))
+            assert float(h["ll"]) == twin.limited_left
         changed = any(rate.ns_per_token != ns_per_token or rate.burst != burst
                       for rate, (ns_per_token, burst, _) in zip(twin.rates, self.rates))
         assert h.get("c", "0") == ("1" if changed else "0")
         if not wrote or changed:  # rates that set_rate changed outlive a full bucket: the hash never expires
             assert client.last_ttl == NO_EXPIRY
             return
-        last = max([now, *self.script_f] + ([twin.paused_until] if twin.paused_until != NO_PAUSE else []))
-        assert client.last_ttl == max(1, -(-(last - now) // 10**6))  # ms: once every rate is full, the pause over
+        last = max([now, *self.script_f] + [until for until in (twin.paused_until, twin.limited_until)
+                                             if until != NO_PAUSE])
+        assert client.last_ttl == max(1, -(-(last - now) // 10**6))  # ms: once every rate is full, pause and limit over
 
     def same_instant(self, what: str, stored: str, base: int, ticks: int, carried: Fraction) -> int:
         """An instant of the hash (stored: ns after the epoch) on the twin's clock, checked against the twin's
@@ -469,6 +477,19 @@ class Stream:
         self.adopt(twin, bound)
         self.check_stored(True)
 
+    async def limit(self, tokens: float, span: int, slack: int) -> None:
+        """At most tokens more before span ns from now (slack as limit_until's), on both sides."""
+        now = self.now()
+        twin, bound = self.candidate(now)
+        await self.bound_rates.limit(tokens, span, slack)
+        before = (twin.limited_until, twin.limited_left)
+        twin.limit_until(tokens, now + span, slack, now)
+        after = (twin.limited_until, twin.limited_left)
+        self.seen["limit set" if before[0] != after[0] and after[1] == tokens else
+                  "limit tightened" if after != before else "limit kept"] += 1
+        self.adopt(twin, bound)
+        self.check_stored(True)
+
     # -- random calls --
 
     def scale(self) -> float:
@@ -550,10 +571,21 @@ class Stream:
         elif draw < 0.92 and (changed := self.new_rate(twin, index := self.rng.randrange(len(self.rates)), now)):
             self.log.append((self.clock.us, "set_rate", index, *changed))
             await self.set_rate(index, *changed)
-        else:
+        elif draw < 0.94:
             span = int(self.scale() * self.rng.uniform(0, 3))
             self.log.append((self.clock.us, "pause", span))
             await self.pause(span)
+        else:
+            most = max(1, math.floor(twin.max_amount))
+            tokens = float(self.rng.choice([0, 1, most, self.rng.randint(0, 2 * most)])) if self.exact else \
+                self.rng.uniform(0, 2 * twin.max_amount)
+            span = int(self.scale() * self.rng.uniform(0, 4))
+            slack = self.rng.choice([0, span // 2, int(self.scale())])
+            if twin.limited_until > now and self.rng.random() < 0.5:  # news of the running limit's window
+                span, slack = max(0, twin.limited_until - now + self.rng.randint(-2, 2)), 2
+            span, slack = min(span, MOST_LIMIT_NS), min(slack, MOST_LIMIT_NS)  # the client refuses any longer
+            self.log.append((self.clock.us, "limit", tokens, span, slack))
+            await self.limit(tokens, span, slack)
 
 
 async def run_streams(url: str, seeds: range, make: Callable[[random.Random], list[tuple[float, float, float]]],
@@ -593,7 +625,7 @@ def test_integer_streams_are_exact(run_on: RunOn[None], redis_url: str, client_c
     for event in ("granted", "granted at the wait", "refused", "above a burst", "cancel restored all",
                   "cancel restored none", "set_rate of a rate in debt", "set_rate rounded up", "pause moved",
                   "pause kept", "tokens", "tokens 0", "run granted more", "run granted the first only",
-                  "run stopped short"):
+                  "run stopped short", "limit set", "limit tightened", "limit kept"):
         assert seen[event] > 0, f"no {event!r} in {dict(seen)}"
 
 

@@ -141,6 +141,9 @@ def steps(feature: str, cell: Cell) -> list[Step]:
     if feature == "pause_until / apause_until":
         local = [] if remote else [lambda: cell.limiter().pause_until(later()) is None]
         return [*local, lambda: done(cell.limiter().apause_until(later()))]
+    if feature == "limit_until, follow / alimit_until, afollow":
+        local = [] if remote else [lambda: limited_now(cell.limiter()), lambda: followed_now(cell.limiter())]
+        return [*local, lambda: limited(cell.limiter()), lambda: followed(cell.limiter())]
     if feature == "reserve / areserve":
         return [lambda: reserved(cell.limiter(), remote)]
     if feature == "threads: acquire_blocking, with limiter":
@@ -153,6 +156,27 @@ def steps(feature: str, cell: Cell) -> list[Step]:
         return [lambda: acquired(cell.make(lib.AsyncLimiter, 1000, 1))]
     assert feature == "KeyedLimiter"
     return [lambda: acquired(cell.keyed("user"))]
+
+
+QUOTA_LEFT = {"X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "10"}  # 2 requests left for 10 s
+
+
+def limited_now(limiter: Any) -> bool:
+    limiter.limit_until(3, asyncio.get_running_loop().time() + 10)
+    return bool(limiter.tokens == 3)
+
+
+def followed_now(limiter: Any) -> bool:
+    return bool(limiter.follow(QUOTA_LEFT).requests.remaining == 2 and limiter.tokens == 2)
+
+
+async def limited(limiter: Any) -> bool:
+    await limiter.alimit_until(3, asyncio.get_running_loop().time() + 10)
+    return bool(await limiter.read_tokens() == 3)
+
+
+async def followed(limiter: Any) -> bool:
+    return bool((await limiter.afollow(QUOTA_LEFT)).requests.remaining == 2 and await limiter.read_tokens() == 2)
 
 
 async def done(awaitable: Awaitable[None]) -> bool:

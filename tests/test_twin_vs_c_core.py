@@ -30,13 +30,15 @@ tb_bucket *shim_new(void) { return calloc(1, sizeof(tb_bucket)); }
 void shim_free(tb_bucket *b) { tb_release(b); free(b); }
 int64_t shim_state(const tb_bucket *b, uint32_t i) { return b->limits.state[i]; }
 void shim_queue(const tb_bucket *b, uint64_t *waiting, double *sum, double *error, double *max_amount,
-                int64_t *paused_until)
+                int64_t *paused_until, int64_t *limited_until, double *limited_left)
 {
     *waiting = b->waiting;
     *sum = b->queued_tokens;
     *error = b->queued_error;
     *max_amount = b->limits.max_amount;
     *paused_until = b->limits.paused_until;
+    *limited_until = b->limits.limited_until;
+    *limited_left = b->limits.limited_left;
 }
 void shim_stats(const tb_bucket *b, uint64_t counts[4], double sums[2], int64_t *wait_max)
 {
@@ -85,7 +87,8 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
         "tb_refund": (None, [vp, dbl, ns_t]), "tb_reckon_late": (None, [vp, dbl, ns_t]), "tb_set_late_credit": (None, [vp, dbl]),
         "tb_hold": (None, [vp, dbl]), "tb_end_hold": (None, [vp, dbl, ns_t]),
         "tb_set_rate": (ctypes.c_int, [vp, u32, dbl, dbl, ns_t]), "tb_set_window": (ctypes.c_int, [vp, ns_t, dbl]),
-        "tb_pause_until": (None, [vp, ns_t]), "tb_rebase": (None, [vp, ns_t, ns_t]),
+        "tb_pause_until": (None, [vp, ns_t]), "tb_limit_until": (None, [vp, dbl, ns_t, ns_t, ns_t]),
+        "tb_rebase": (None, [vp, ns_t, ns_t]),
         "tb_as_good_as_new": (ctypes.c_bool, [vp, ns_t]), "tb_check": (ctypes.c_int, [vp]),
     }
     for name, (restype, argtypes) in signatures.items():
@@ -114,15 +117,18 @@ class Pair:
         lib, c = self.lib, self.c
         rates = [lib.shim_state(c, i) for i in range(self.nrates)]
         waiting, total, error, most, paused = ctypes.c_uint64(), dbl(), dbl(), dbl(), ns_t()
+        limited_until, limited_left = ns_t(), dbl()
         lib.shim_queue(c, ctypes.byref(waiting), ctypes.byref(total), ctypes.byref(error), ctypes.byref(most),
-                       ctypes.byref(paused))
+                       ctypes.byref(paused), ctypes.byref(limited_until), ctypes.byref(limited_left))
         counts, sums, wait_max = (ctypes.c_uint64 * 4)(), (dbl * 2)(), ns_t()
         lib.shim_stats(c, counts, sums, ctypes.byref(wait_max))
-        in_c = (rates, waiting.value, total.value, error.value, most.value, paused.value, list(counts),
+        in_c = (rates, waiting.value, total.value, error.value, most.value, paused.value, limited_until.value,
+                limited_left.value, list(counts),
                 list(sums), wait_max.value, lib.tb_check(c))
         py, s = self.py, self.py.stats
         in_py = (list(py.limits.state), py.waiting, py.queued_tokens,
-                 py.queued_error, py.limits.max_amount, py.limits.paused_until,
+                 py.queued_error, py.limits.max_amount, py.limits.paused_until, py.limits.limited_until,
+                 py.limits.limited_left,
                  [s.granted, s.waits, s.cancelled, s.timeouts], [s.granted_tokens, s.wait_ns_total],
                  s.wait_ns_max, py.check())
         return in_c, in_py
@@ -141,7 +147,7 @@ configs = st.one_of(
 operations = st.lists(st.tuples(
     st.sampled_from(["step", "take", "can_take", "tokens", "enqueue", "enqueue_deadline", "withdraw",
                      "withdraw_head", "withdraw_first_of", "first_due_of", "grant_due", "projected_grant", "withdraw_stranded", "refund", "reckon_late", "hold", "end_hold", "set_rate",
-                     "set_window", "pause_until", "rebase", "late_credit", "as_good_as_new", "crowd"]),
+                     "set_window", "pause_until", "limit_until", "rebase", "late_credit", "as_good_as_new", "crowd"]),
     st.integers(0, 2**16)), max_size=60)
 
 
@@ -270,6 +276,9 @@ def replay(pair: Pair, ops: list[tuple[str, int]], now: int, order: int) -> None
             assert c == py, op
         elif op == "pause_until":
             pair.call("pause_until", now + STEPS[x % len(STEPS)])
+        elif op == "limit_until":  # the server's quota: tokens left until a reset, news of this window or others
+            pair.call("limit_until", [0.0, 1.0, 2.5, 7.0][x % 4], now + STEPS[x % len(STEPS)],
+                      STEPS[x // 7 % len(STEPS)], now)
         elif op == "rebase":
             shift = (x - 2**15) * 1_000_003
             pair.call("rebase", now, now + shift)

@@ -183,6 +183,9 @@ def in_process(limiter: Limiter) -> None:
         limiter.penalize(1.0)
         limiter.retry_after("1")
         limiter.pause_until(0.0)
+        limiter.limit_until(3, 10.0)
+    if limiter.follow({"X-RateLimit-Remaining": "3"}).requests is None:
+        pass
     with limiter:
         pass
     limiter.reserve().cancel()
@@ -210,6 +213,8 @@ def redis_sync(store: RedisStore) -> None:
     limiter.penalize(1.0)  # rejected
     limiter.retry_after("1")  # rejected
     limiter.pause_until(0.0)  # rejected
+    limiter.limit_until(3, 10.0)  # rejected
+    limiter.follow({})  # rejected
     limiter.reserve()  # rejected
     with limiter:  # threads block on a limiter over any store
         limiter.acquire_blocking(2, timeout=1.0)
@@ -224,6 +229,9 @@ async def anywhere(limiter: Limiter[None] | Limiter[SharedMemoryStore] | Limiter
         await limiter.aset_rate(5)
         await limiter.apenalize(1.0)
         await limiter.aretry_after("1")
+        await limiter.alimit_until(3, 10.0)
+    if (await limiter.afollow([("X-RateLimit-Remaining", "3")], quota="tokens")).tokens is None:
+        pass
     async with limiter:
         pass
     await limiter.acquire(2, timeout=1.0)
@@ -246,7 +254,7 @@ async def redis_async(store: RedisStore) -> float:
 
 
 def test_the_in_process_idioms_are_rejected_over_redis_and_kept_elsewhere(tmp_path: Path) -> None:
-    rejected_where_marked(tmp_path, "idioms.py", IDIOMS, 13)
+    rejected_where_marked(tmp_path, "idioms.py", IDIOMS, 15)
 
 
 # The one store interface: both stores are Stores, and what each binds is StoreRates, for both checkers; a class

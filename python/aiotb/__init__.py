@@ -6,6 +6,7 @@ from ._lease_limiter import RedisLeaseLimiter
 from ._limiter import AsyncLimiter, LimitDecorator, Limiter, LimiterStats, Slot, WindowLimiter
 from ._redis_limiter import RedisLimiter
 from ._reservation import BaseReservation, RedisReservation, Reservation
+from ._signals import Quota, Signals
 from ._store import StoreCorrupt, StoreError, StoreUnavailable
 from ._store_redis import RedisStore
 from ._store_shm import SharedMemoryStore, _segment_type
@@ -19,6 +20,6 @@ else:
     from . import _shared  # noqa: F401  (the limiter over a SharedMemoryStore enters itself)
 
 __all__ = ["AsyncLimiter", "BaseReservation", "IMPLEMENTATION", "KeyedLimiter", "LimitDecorator", "Limiter", "LimiterStats",
-           "RedisLeaseLimiter", "RedisLimiter", "RedisReservation", "RedisStore", "Reservation", "SharedMemoryStore", "Slot", "StoreCorrupt", "StoreError",
-           "StoreUnavailable", "WindowLimiter"]
+           "Quota", "RedisLeaseLimiter", "RedisLimiter", "RedisReservation", "RedisStore", "Reservation", "SharedMemoryStore", "Signals", "Slot", "StoreCorrupt",
+           "StoreError", "StoreUnavailable", "WindowLimiter"]
 __version__ = "0.1.0"

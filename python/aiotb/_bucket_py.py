@@ -509,6 +509,18 @@ class Bucket:
         if seconds > -_MAX_SECONDS:  # NaN fails this: C leaves it to its caller, which excludes it
             self._core.pause_until(seconds_to_ns(seconds))
 
+    @_locked
+    def _limit_until(self, tokens: float, when: float, slack: float) -> None:
+        """Grants before the loop time when take at most tokens in all, as Bucket.limit_until says, slack in
+        seconds (floats checked by the caller)."""
+        x, seconds, within = _double(tokens), _double(when), _double(slack)
+        now = self._configured_now()
+        if seconds >= _MAX_SECONDS or within >= _MAX_SECONDS:
+            raise ValueError(f"when or slack is too far ahead: {(tokens, when, slack)!r}")
+        if seconds <= -_MAX_SECONDS:
+            return  # ended long before any reading of the clock
+        self._core.limit_until(x, seconds_to_ns(seconds), seconds_to_ns(within), now)
+
     # ---- what it can tell ----
 
     @_locked

@@ -17,6 +17,7 @@ FEATURES = (
     "set_rate / aset_rate",
     "penalize, retry_after / apenalize, aretry_after",
     "pause_until / apause_until",
+    "limit_until, follow / alimit_until, afollow",
     "reserve / areserve",
     "threads: acquire_blocking, with limiter",
     "several event loops",
@@ -42,6 +43,13 @@ REFUSED: dict[tuple[str, Store], str] = {
     ("set_rate / aset_rate", "RedisStore(lease=)"):
         "a limiter over a leased RedisStore keeps the rates the key was made with (they are split among its "
         "holders)",
+    ("limit_until, follow / alimit_until, afollow", "SharedMemoryStore"):
+        "a SharedMemoryStore keeps no limit of a server's quota: its segment holds the rates and a pause "
+        "(penalize, retry_after), not a count of the grants left until a reset; a RedisStore does",
+    ("limit_until, follow / alimit_until, afollow", "RedisStore(lease=)"):
+        "a limiter over a leased RedisStore grants from units of the rates it holds, which a limit of the "
+        "server's quota would have to reach at every holder's renewal; give it RedisStore(redis, key) "
+        "without lease=",
     ("reserve / areserve", "RedisStore(lease=)"):
         "a limiter over a leased RedisStore grants from the units this process holds for a while, which a "
         "reservation would outlive; use acquire(amount, timeout=...)",

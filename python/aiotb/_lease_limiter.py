@@ -106,7 +106,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         ``timeout``, TimeoutError at once if the units held cannot grant them within it, or at the
         timeout if no units come."""
         x = self._amount(amount)
-        return self._acquire(x, None if timeout is None else _params.seconds("timeout", timeout))
+        return self._acquire(x, None if timeout is None else _params.non_negative("timeout", timeout))
 
     @on_its_loop
     async def atry_acquire(self, amount: float = 1) -> bool:
@@ -174,6 +174,10 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
                         burst: float | None = None, index: int = 0) -> None:
         """Not here: the rates are the key's, split among its holders."""
         raise refused("set_rate / aset_rate", "RedisStore(lease=)")
+
+    async def alimit_until(self, tokens: float, when: float) -> None:
+        """Not over a leased RedisStore (see the README's table of stores)."""
+        raise refused("limit_until, follow / alimit_until, afollow", "RedisStore(lease=)")
 
     def reserve(self, amount: float = 1) -> Any:
         """Not over a leased RedisStore (see the README's table of stores)."""

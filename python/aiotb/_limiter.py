@@ -12,6 +12,7 @@ import functools
 import inspect
 import time
 from asyncio import events
+from collections.abc import Iterable, Mapping
 from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Coroutine, Generic, Literal, NamedTuple,
                     ParamSpec, Protocol, Self, Sequence, TypeAlias, TypeVar, cast, overload)
 
@@ -21,6 +22,7 @@ from ._capabilities import Store, refusal, refused
 from ._dispatch import PRECISE_REFILL
 from ._owners import Owners
 from ._reservation import BaseReservation, Reservation
+from ._signals import QUOTAS, Headers, QuotaKind, Signals, read_signals
 from ._store_redis import RedisStore, redacted
 from ._store_shm import SharedMemoryStore, _segment_type
 
@@ -36,6 +38,7 @@ else:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+LIMIT_SLACK = 1.0  # s: limits whose ends are this close speak of one window of the server's (resets are whole s)
 
 
 # The limiter classes of the stores, by the store's kind and the class asked for: the module of each enters its
@@ -307,8 +310,33 @@ class Limiter(Generic[StoreT], Bucket):
     def penalize(self: LocalLimiter, seconds: float) -> None:
         """Grants nothing for ``seconds`` from now: a server's ``Retry-After``."""
         span = _params.pause("seconds", seconds)
-        loop = asyncio.events._get_running_loop()
-        self.pause_until((loop.time() if loop is not None else time.monotonic()) + span)
+        self.pause_until(_loop_now() + span)
+
+    def limit_until(self: LocalLimiter, tokens: float, when: float) -> None:
+        """Grants at most ``tokens`` more before loop time ``when``, on top of the rates: what a server says is
+        left of its quota until it resets (``follow`` reads it from a response's headers); 0 grants nothing
+        before ``when``. A limit still running is tightened by one that ends within a second of it (news of the
+        same window: the fewer tokens, the later end), replaced by one that ends later (the server's next
+        window), and kept by one that ends earlier (news of an earlier window, come late), so that responses
+        read out of order never loosen it. A grant given back (a cancelled task's) does not come back to it."""
+        self._limit_until(_params.non_negative("tokens", tokens), _params.loop_time("when", when), LIMIT_SLACK)
+        self._settle()
+
+    def follow(self: LocalLimiter, headers: Headers, *, quota: QuotaKind = "requests",
+               granted_since: float = 0) -> Signals:
+        """Obeys what a response's headers say is left of the server's quota: at most that many more grants
+        before its reset (``limit_until``), less ``granted_since``, the tokens granted since the response's
+        request was, which the server had not counted yet (the HTTP adapters pass it). ``quota``: the quota
+        this limiter's amounts count, "requests", or "tokens", "input_tokens", "output_tokens" for a limiter
+        whose amounts are a language model's tokens. Reads the IETF draft's ``RateLimit`` fields,
+        ``X-RateLimit-*``, OpenAI's and Anthropic's (``aiotb._signals``); what it cannot read changes nothing,
+        and nothing the headers hold raises. Returns what it read: its ``retry_after`` is the caller's to
+        obey (``retry_after``), as a server sends it with a 429 or 503 only.
+        ``limiter.follow(response.headers)``."""
+        signals, left, until = _quota_left(headers, quota, granted_since)
+        if until is not None:
+            self.limit_until(left, until)
+        return signals
 
     def retry_after(self: LocalLimiter, value: str | bytes | float) -> float:
         """Grants nothing until a server's ``Retry-After`` has passed: ``value`` is the header's
@@ -344,6 +372,19 @@ class Limiter(Generic[StoreT], Bucket):
     async def apause_until(self, when: float) -> None:
         """``pause_until`` over any store: over a RedisStore, what is left of it from now, by the server's clock."""
         self._here().pause_until(when)
+
+    async def alimit_until(self, tokens: float, when: float) -> None:
+        """``limit_until`` over any store: over a RedisStore, for every client of the key, what is left of it from
+        now by the server's clock (one round trip)."""
+        self._here().limit_until(tokens, when)
+
+    async def afollow(self, headers: Headers, *, quota: QuotaKind = "requests", granted_since: float = 0) -> Signals:
+        """``follow`` over any store: over a RedisStore, for every client of the key (one round trip when the
+        headers tell of the quota)."""
+        signals, left, until = _quota_left(headers, quota, granted_since)
+        if until is not None:
+            await self.alimit_until(left, until)
+        return signals
 
     async def areserve(self, amount: float = 1) -> BaseReservation:
         """``reserve`` over any store: over a RedisStore, a place in the order of every client of its key (one
@@ -445,6 +486,27 @@ class Limiter(Generic[StoreT], Bucket):
         owners.retime(here)
         if here is not None:
             here.guarded()
+
+
+def _loop_now() -> float:
+    """Now on the running loop's clock, or asyncio's default clock outside a loop."""
+    loop = events._get_running_loop()
+    return loop.time() if loop is not None else time.monotonic()
+
+
+def _quota_left(headers: Headers, quota: object, granted_since: object) -> tuple[Signals, float, float | None]:
+    """What headers say (read now), the tokens of quota left of it less granted_since, and the loop time of its
+    reset (None if they tell of neither); TypeError/ValueError for quota or granted_since."""
+    if isinstance(headers, (str, bytes)) or not isinstance(headers, (Mapping, Iterable)):
+        raise TypeError(f"headers must be a mapping of header names to values or (name, value) pairs, got {headers!r}")
+    if quota not in QUOTAS:
+        raise ValueError(f"quota must be one of {', '.join(map(repr, QUOTAS))}, got {quota!r}")
+    since = _params.non_negative("granted_since", granted_since)
+    signals = read_signals(headers, datetime.datetime.now(datetime.timezone.utc))
+    told = getattr(signals, cast(str, quota))
+    if told is None or told.reset_after is None:
+        return signals, 0.0, None
+    return signals, max(0.0, told.remaining - since), _loop_now() + told.reset_after
 
 
 OUT_OF_RANGE = "Amount must be a number between 0 and the maximum capacity"  # aiolimiter 1.3.0's ValueError

@@ -258,7 +258,7 @@ def _window_end_hold(w: Window, amount: float, now: int) -> None:
 
 def _all_fit(l: Limits, amount: float, t: int) -> bool:
     """Whether amount can be granted at t by every limit."""
-    if t < l.paused_until:
+    if t < l.paused_until or (t < l.limited_until and amount > l.limited_left):
         return False
     for r, f in zip(l.rates, l.state):
         if not _fits(r, f, _ticks(amount * r.ns_per_token), t):
@@ -272,6 +272,8 @@ def _all_fit_at(l: Limits, amount: float, t: int) -> int:
         return NEVER
     if t < l.paused_until:
         t = l.paused_until
+    if t < l.limited_until and amount > l.limited_left:
+        t = l.limited_until
     for r, f in zip(l.rates, l.state):
         ready = _rate_fit_at(r, f, _ticks(amount * r.ns_per_token), t)
         if ready > t:
@@ -281,10 +283,12 @@ def _all_fit_at(l: Limits, amount: float, t: int) -> int:
 
 
 def _take_all(l: Limits, amount: float, rates_at: int, now: int) -> None:
-    """Grants amount: the rates as of rates_at (never after now), the window at now."""
+    """Grants amount: the rates as of rates_at (never after now), the window and a running limit at now."""
     for i, r in enumerate(l.rates):
         l.state[i] = _consume(l.state[i], _ticks(amount * r.ns_per_token), rates_at)
     _window_record(l.window, amount, now)
+    if now < l.limited_until:
+        l.limited_left = l.limited_left - amount if amount < l.limited_left else 0.0
 
 
 def _most_grantable(l: Limits) -> float:
@@ -318,6 +322,7 @@ def _simulated_grant(l: Limits, ahead: Ahead, amount: float, now: int) -> int:
     copy.state = list(l.state)
     copy.window = l.window.copy()
     copy.paused_until = l.paused_until
+    copy.limited_until, copy.limited_left = l.limited_until, l.limited_left
     copy.max_amount = l.max_amount
     t = now
     for following in ahead.amounts:
@@ -335,16 +340,19 @@ class Limits:
     """tb_limits: up to MAX_RATES rates, an optional strict sliding window and a pause, all of which
     a grant must satisfy. Made empty; init() or init_window() sets it up."""
 
-    __slots__ = ("rates", "state", "window", "paused_until", "max_amount", "anchored", "plain", "late_credit")
+    __slots__ = ("rates", "state", "window", "paused_until", "limited_until", "limited_left", "max_amount", "anchored",
+                 "plain", "late_credit")
 
     def __init__(self) -> None:
         self.rates: list[Rate] = []  # every one must allow a grant (C: rates[] and nrates)
         self.state: list[int] = []  # F of each rate, in ticks, set at the first reading of the clock
         self.window = Window()
         self.paused_until = NO_PAUSE  # no grant before this instant
+        self.limited_until = NO_PAUSE  # before this instant, grants take at most limited_left tokens in all
+        self.limited_left = 0.0  # what they may still take (>= 0)
         self.max_amount = 0.0  # the most any single grant may take
         self.anchored = False  # the first reading of the clock has set every F
-        self.plain = False  # one rate, no window, never paused: take_now's short path applies
+        self.plain = False  # one rate, no window, never paused or limited: take_now's short path applies
         self.late_credit = 0.0  # in time of one token of the fastest rate
 
     # ---- set-up ----
@@ -373,7 +381,8 @@ class Limits:
         self.rates.append(Rate(ns_per_token, burst, initial))
         self.state.append(0)
         self.max_amount = _most_grantable(self)
-        self.plain = len(self.rates) == 1 and self.window.period == 0 and self.paused_until == NO_PAUSE
+        self.plain = (len(self.rates) == 1 and self.window.period == 0 and self.paused_until == NO_PAUSE
+                      and self.limited_until == NO_PAUSE)
         _debug_check(self)
         return OK
 
@@ -401,6 +410,8 @@ class Limits:
             held = _rate_tokens(r, f, now)
             if held < tokens:
                 tokens = held
+        if now < self.limited_until and self.limited_left < tokens:
+            tokens = self.limited_left
         return tokens if tokens > 0 else 0.0
 
     def fits(self, amount: float, now: int) -> bool:
@@ -486,7 +497,8 @@ class Limits:
         if nothing else changes: exact, but with one rate and 64 or more amounts ahead a bound, never
         early and at most a tick per amount ahead late; NEVER if that is at 2^58 ns or later."""
         self.anchor(now)
-        if len(self.rates) != 1 or self.window.period or self.paused_until > now or ahead.count < REPLAY_UP_TO:
+        if (len(self.rates) != 1 or self.window.period or self.paused_until > now or self.limited_until > now
+                or ahead.count < REPLAY_UP_TO):
             return _simulated_grant(self, ahead, amount, now)
         # one rate, a long queue: amount is granted once it and all before it fit in a bucket full at F;
         # each grant ahead rounds its need up by less than a tick: count ticks more, never early
@@ -506,10 +518,10 @@ class Limits:
 
     def full(self, now: int) -> bool:
         """Whether the limits are as good as new at now: every rate full, no grant inside the window
-        ending at now, no pause after now (true before the first reading)."""
+        ending at now, no pause or limit running after now (true before the first reading)."""
         if not self.anchored:
             return True
-        if self.paused_until > now or self.window.holds > 0 or (
+        if self.paused_until > now or self.limited_until > now or self.window.holds > 0 or (
                 self.window.period and _window_used(self.window, now) > 0):
             return False
         return all(_debt(f, now) <= 0 for f in self.state)
@@ -550,6 +562,28 @@ class Limits:
             self.paused_until = until
             self.plain = False
 
+    def limit_until(self, tokens: float, until: int, slack: int, now: int) -> None:
+        """Grants before until take at most tokens (>= 0) in all, on top of every other limit. A limit still
+        running at now is replaced by one that ends more than slack after it, tightened by one that ends
+        within slack of it (the fewer tokens, the later end), and kept by one that ends more than slack
+        before it. One that ends at or before now changes nothing."""
+        if until <= now:
+            return
+        if self.limited_until > now:
+            if until < self.limited_until - slack:
+                return
+            if until <= self.limited_until + slack:
+                if tokens < self.limited_left:
+                    self.limited_left = tokens
+                if until > self.limited_until:
+                    self.limited_until = until
+                _debug_check(self)
+                return
+        self.limited_left = tokens
+        self.limited_until = until
+        self.plain = False
+        _debug_check(self)
+
     def rebase(self, then: int, now: int) -> None:
         """Moves the limits onto another clock, on which the old clock's then reads now."""
         if not self.anchored:
@@ -563,6 +597,8 @@ class Limits:
             grant.at += shift
         if self.paused_until != NO_PAUSE:
             self.paused_until += shift
+        if self.limited_until != NO_PAUSE:
+            self.limited_until += shift
         _debug_check(self)
 
     def check(self) -> int:
@@ -574,7 +610,7 @@ class Limits:
             if (not _positive(r.ns_per_token) or not _positive(r.burst) or r.burst_ns != r.burst * r.ns_per_token
                     or r.burst_ticks != _ticks(r.burst_ns) or r.token_ticks != _ticks(r.ns_per_token)):
                 return 1
-        if self.max_amount != _most_grantable(self):
+        if self.max_amount != _most_grantable(self) or not self.limited_left >= 0:
             return 1
         w = self.window
         if not w.held >= 0 or (w.holds == 0 and w.held != 0):

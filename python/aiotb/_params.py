@@ -154,8 +154,8 @@ def loop_time(name: str, value: object) -> float:
     return when
 
 
-def seconds(name: str, value: object) -> float:
-    """A finite span >= 0, or TypeError/ValueError."""
+def non_negative(name: str, value: object) -> float:
+    """A finite number >= 0 (a span, a count), or TypeError/ValueError."""
     span = real(name, value)
     if not (span >= 0 and math.isfinite(span)):
         raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
@@ -163,10 +163,10 @@ def seconds(name: str, value: object) -> float:
 
 
 def pause(name: str, value: object, span: float | None = None) -> float:
-    """The span of a pause: seconds(name, value), or span if given, shorter than the engine's range
+    """The span of a pause: non_negative(name, value), or span if given, shorter than the engine's range
     (about 9 years), or TypeError/ValueError."""
     if span is None:
-        span = seconds(name, value)
+        span = non_negative(name, value)
     if span >= MAX_SPAN / 1e9:
         raise ValueError(f"{name} must be below {MAX_SPAN / 1e9:.0f} s (about 9 years), got {value!r}")
     return span

@@ -72,6 +72,46 @@ local function integer_of(word, least, most)  -- an integer from least to most
     return x
 end
 
+local function count_of(word)  -- a count of tokens: a finite number >= 0
+    local x = tonumber(word)
+    if not x or not (x >= 0 and x < math.huge) then
+        refuse('a count must be a finite number >= 0', word)
+    end
+    return x
+end
+
+-- A server's quota as its responses tell it (limits.c's limit_until): before s.lu, grants take at most s.ll
+-- tokens in all. A limit still running is tightened by one that ends within slack of it (the same window: the
+-- fewer tokens, the later end), replaced by one that ends later, kept by one that ends earlier.
+local function limit_until(s, tokens, until_, slack, now)
+    if until_ <= now then
+        return
+    end
+    if s.lu and s.lu > now then
+        if until_ < s.lu - slack then
+            return
+        end
+        if until_ <= s.lu + slack then
+            s.ll, s.lu = math.min(s.ll, tokens), math.max(s.lu, until_)
+            return
+        end
+    end
+    s.ll, s.lu = tokens, until_
+end
+
+local function limited_from(s, amount, at)  -- the first instant from at on at which a running limit allows amount
+    if s.lu and at < s.lu and amount > s.ll then
+        return s.lu
+    end
+    return at
+end
+
+local function limit_taken(s, amount, at)  -- counts a grant of amount at at against a running limit
+    if s.lu and at < s.lu then
+        s.ll = math.max(0, s.ll - amount)
+    end
+end
+
 local function paused_until(p, until_)  -- the pause p (nil: none) after another until until_: the later of the two
     if not p or until_ > p then
         return until_

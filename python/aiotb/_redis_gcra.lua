@@ -6,7 +6,8 @@
 
 local key = KEYS[1]
 
--- The state: rates r[i] = {t = ns per token, b = burst, k = burst in ns, f = F}, epoch e, pause p (or nil), and c
+-- The state: rates r[i] = {t = ns per token, b = burst, k = burst in ns, f = F}, epoch e, pause p (or nil), a
+-- server's limit (at most ll tokens before lu, or nil), and c
 -- (1) while set_rate has left the rates other than the definition's: the hash then never expires, as a full
 -- bucket's otherwise does, which would lose the change (the next client creating it from the definition).
 local MOST_REFILL = 2 ^ 52  -- ns: the longest full refill kept exact
@@ -36,14 +37,14 @@ local function created(now_us)  -- a fresh state from the definition, holding ea
 end
 
 local function loaded(now_us)  -- the stored state, a fresh one, or nil and the stored definition
-    local h = redis.call('HMGET', key, 'd', 'e', 'p', 'n', 't1', 'b1', 'k1', 'f1', 'c')  -- the first rate with the rest:
-    if h[1] ~= definition then                                                      -- one call for one rate
+    local h = redis.call('HMGET', key, 'd', 'e', 'p', 'n', 't1', 'b1', 'k1', 'f1', 'c', 'lu', 'll')  -- the first rate
+    if h[1] ~= definition then                                                                  -- with the rest
         if not h[1] and redis.call('EXISTS', key) == 0 then
             return created(now_us)
         end
         return nil, h[1] or nil
     end
-    local s = {e = tonumber(h[2]), p = tonumber(h[3]), c = h[9] == '1',
+    local s = {e = tonumber(h[2]), p = tonumber(h[3]), c = h[9] == '1', lu = tonumber(h[10]), ll = tonumber(h[11]),
                r = {{t = tonumber(h[5]), b = tonumber(h[6]), k = tonumber(h[7]), f = tonumber(h[8])}}}
     local n = tonumber(h[4])
     if n > 1 then
@@ -71,13 +72,16 @@ local function since_epoch(s, now_us)  -- now in ns after the epoch, moving the 
         if s.p then
             s.p = math.max(s.p - now, 0)
         end
+        if s.lu then
+            s.lu = math.max(s.lu - now, 0)
+        end
         s.e, now, s.rebased = now_us, 0, true
     end
     return now
 end
 
 local function stored(s, now, whole)  -- writes the state's instants (whole: all of it); it expires once every
-    local fields = {}                    -- rate is full again and the pause over
+    local fields = {}                    -- rate is full again and the pause and limit over
     if whole or s.fresh or s.rebased then
         fields = {'d', definition, 'e', int(s.e), 'n', #s.r, 'c', s.c and '1' or '0'}
     end
@@ -95,6 +99,11 @@ local function stored(s, now, whole)  -- writes the state's instants (whole: all
         fields[#fields + 1], fields[#fields + 2] = 'p', int(s.p)
         last = math.max(last, s.p)
     end
+    if s.lu then
+        fields[#fields + 1], fields[#fields + 2] = 'lu', int(s.lu)
+        fields[#fields + 1], fields[#fields + 2] = 'll', string.format('%.17g', s.ll)
+        last = math.max(last, s.lu)
+    end
     redis.call('HSET', key, unpack(fields))
     if s.c then
         redis.call('PERSIST', key)
@@ -107,11 +116,12 @@ local function need(r, amount)  -- ns of a rate's tokens that amount takes
     return math.ceil(amount * r.t)
 end
 
-local function fit_at(s, amount, now)  -- the first instant >= now at which every rate grants amount
-    local at = now
+local function fit_at(s, amount, now)  -- the first instant >= now at which every rate, the pause and a limit
+    local at = now                       -- grant amount
     if s.p and s.p > at then
         at = s.p
     end
+    at = limited_from(s, amount, at)
     for _, r in ipairs(s.r) do
         at = math.max(at, r.f - (r.k - need(r, amount)))
     end
@@ -126,11 +136,14 @@ local function most(s)  -- the largest amount one grant may take
     return m
 end
 
-local function tokens(s, now)  -- tokens available at now: the fewest over the rates, 0 while paused
+local function tokens(s, now)  -- tokens available at now: the fewest over the rates and a limit, 0 while paused
     if s.p and s.p > now then
         return 0
     end
     local m = math.huge
+    if s.lu and s.lu > now then
+        m = s.ll
+    end
     for _, r in ipairs(s.r) do
         local held = r.b
         if r.f > now then
@@ -159,6 +172,7 @@ if op == 'reserve' then  -- amount, most ns to wait (-1: any), a word for the wi
     end
     local record = {}
     local function take(a)  -- reserves a at `at`, adding each rate's F before and after to the record
+        limit_taken(s, a, at)
         for _, r in ipairs(s.r) do
             record[#record + 1] = r.f
             r.f = math.max(r.f, at) + need(r, a)
@@ -227,5 +241,9 @@ elseif op == 'pause' then  -- ns from now: no grant before then (a later pause o
     s.p = paused_until(s.p, now + integer_of(W[2], 0, 2 ^ 53))
     stored(s, now)
     return reply(OK, s.p - now)
+elseif op == 'limit' then  -- tokens, ns from now until the reset, slack ns: at most tokens more before the reset
+    limit_until(s, count_of(W[2]), now + integer_of(W[3], 0, HORIZON), integer_of(W[4], 0, HORIZON), now)
+    stored(s, now)
+    return reply(OK)
 end
 return redis.error_reply('aiotb: unknown operation ' .. tostring(op))

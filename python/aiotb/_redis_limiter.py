@@ -29,7 +29,7 @@ from typing import Any, Callable, Coroutine, Sequence, cast
 from . import _params
 from ._capabilities import OTHER_LOOP
 from ._core import Bucket
-from ._limiter import serve
+from ._limiter import LIMIT_SLACK, serve
 from ._remote import OnItsLoop, on_its_loop, pause_ns
 from ._redis_slot import RedisSlot
 from ._reservation import RedisReservation
@@ -172,6 +172,15 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
             await self._store_rates.set_rate(i, spec.ns_per_token, spec.burst)
             Bucket._set_rate(self, i, spec.ns_per_token, spec.burst)  # amounts are checked against it
         self._rates = [*self._rates[:i], spec, *self._rates[i + 1:]]
+
+    @on_its_loop
+    async def alimit_until(self, tokens: float, when: float) -> None:
+        """At most ``tokens`` more granted, to any client of the key, before loop time ``when``: what is left of
+        it from now, by the server's clock (one round trip), as ``Limiter.limit_until``."""
+        x = _params.non_negative("tokens", tokens)
+        span = _params.loop_time("when", when) - self._check_loop().time()
+        if span > 0:
+            await self._store_rates.limit(x, pause_ns(span, "when"), round(LIMIT_SLACK * 1e9))
 
     @on_its_loop
     async def apenalize(self, seconds: float) -> None:

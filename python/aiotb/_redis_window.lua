@@ -1,6 +1,6 @@
 -- A strict sliding window in Redis: at most N tokens granted in any window (t - P, t]. Follows _redis_common.lua.
 -- KEYS[1]: a hash of the epoch `e`, the pause `p`, the latest instant reserved `l`, a counter `q`, the window
--- `P` (ns) and `N`; KEYS[2]: the log, a sorted set of grants (member "q:amount", ":h" added while held), scored
+-- `P` (ns) and `N`, a server's limit (at most `ll` tokens before `lu`); KEYS[2]: the log, a sorted set of grants (member "q:amount", ":h" added while held), scored
 -- by their instants after the epoch. The definition is "window P N" as created.
 --
 -- A grant at s is inside every window that ends before s + P. Windows ending at now or later are all that is
@@ -27,7 +27,7 @@ local function member_of(word)  -- a grant's member in the log, as reserve made 
 end
 
 local function loaded(now_us)  -- the stored state, a fresh one, or nil and the stored definition
-    local v = redis.call('HMGET', hash, 'd', 'e', 'p', 'l', 'q', 'P', 'N')
+    local v = redis.call('HMGET', hash, 'd', 'e', 'p', 'l', 'q', 'P', 'N', 'lu', 'll')
     if not v[1] then
         if redis.call('EXISTS', hash) == 1 then
             return nil, nil
@@ -39,7 +39,7 @@ local function loaded(now_us)  -- the stored state, a fresh one, or nil and the 
         return nil, v[1]
     end
     return {e = tonumber(v[2]), p = tonumber(v[3]), l = tonumber(v[4]), q = tonumber(v[5]), P = tonumber(v[6]),
-            N = tonumber(v[7])}
+            N = tonumber(v[7]), lu = tonumber(v[8]), ll = tonumber(v[9])}
 end
 
 local function since_epoch(s, now_us)  -- now in ns after the epoch, moving the epoch (and the log) when it is far
@@ -52,6 +52,7 @@ local function since_epoch(s, now_us)  -- now in ns after the epoch, moving the 
         end
         s.p = s.p and math.max(s.p - now, 0)  -- an instant past is as good as now
         s.l = s.l and math.max(s.l - now, 0)
+        s.lu = s.lu and math.max(s.lu - now, 0)
         s.e, now = now_us, 0
     end
     return now
@@ -63,7 +64,10 @@ local function stored(s, now)  -- writes the state; hash and log expire once eve
     if s.p then
         redis.call('HSET', hash, 'p', int(s.p))
     end
-    local last = math.max(s.l or now, s.p or now)
+    if s.lu then
+        redis.call('HSET', hash, 'lu', int(s.lu), 'll', string.format('%.17g', s.ll))
+    end
+    local last = math.max(s.l or now, s.p or now, s.lu or now)
     local newest = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
     if newest[2] then
         last = math.max(last, tonumber(newest[2]))
@@ -83,9 +87,9 @@ local function grants(s, now)  -- the log's grants that windows ending at now or
     return out
 end
 
-local function fit_at(s, amount, now)  -- the first instant at which amount fits, not before l and the pause;
-    local log_now = grants(s, now)     -- else nil and that instant were every hold to end now
-    local start = math.max(now, s.l or now, s.p or now)
+local function fit_at(s, amount, now)  -- the first instant at which amount fits, not before l, the pause and
+    local log_now = grants(s, now)     -- a limit's end where it holds too few; else nil and that instant were
+    local start = limited_from(s, amount, math.max(now, s.l or now, s.p or now))  -- every hold to end now
     local excess, crowd = amount - s.N, #log_now + 1 - MOST_GRANTS  -- tokens and grants too many
     for _, g in ipairs(log_now) do
         excess = excess + g.amount
@@ -137,6 +141,7 @@ if op == 'reserve' then  -- amount, most ns to wait (-1: any), "1" to hold it: 0
         return reply(ETOOLATE, at - now)
     end
     s.q, s.l = s.q + 1, at
+    limit_taken(s, amount, at)
     local member = int(s.q) .. ':' .. string.format('%.17g', amount) .. (hold and ':h' or '')
     redis.call('ZADD', log, int(hold and at + HOLD_LIMIT or at), member)
     stored(s, now)
@@ -167,7 +172,11 @@ elseif op == 'tokens' then  -- 0, tokens now
     if s.p and s.p > now then
         return reply(OK, 0)
     end
-    return reply(OK, string.format('%.17g', math.max(0, s.N - used(s, now))))
+    local left = s.N - used(s, now)
+    if s.lu and s.lu > now then
+        left = math.min(left, s.ll)
+    end
+    return reply(OK, string.format('%.17g', math.max(0, left)))
 elseif op == 'fit' then  -- amount: 0 and ns until it fits (were every hold to end now), or 1 above N
     local amount = amount_of(W[2])
     if amount > s.N then
@@ -183,5 +192,9 @@ elseif op == 'pause' then  -- ns from now: no grant before then (a later pause o
     s.p = paused_until(s.p, now + integer_of(W[2], 0, 2 ^ 53))
     stored(s, now)
     return reply(OK, s.p - now)
+elseif op == 'limit' then  -- tokens, ns from now until the reset, slack ns: at most tokens more before the reset
+    limit_until(s, count_of(W[2]), now + integer_of(W[3], 0, HORIZON), integer_of(W[4], 0, HORIZON), now)
+    stored(s, now)
+    return reply(OK)
 end
 return redis.error_reply('aiotb: unknown operation ' .. tostring(op))

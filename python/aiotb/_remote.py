@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Protocol,
 
 from . import _params
 from ._capabilities import refusal
+from ._signals import Headers, QuotaKind, Signals
 from ._store_redis import MAX_PAUSE_NS
 
 
@@ -101,6 +102,14 @@ class OnItsLoop:
         """Not here: the pause is in Redis; ``await limiter.apause_until(when)``."""
         raise TypeError(_AWAIT.format(call="pause_until", twin="apause_until(when)"))
 
+    def limit_until(self, tokens: float, when: float) -> None:
+        """Not here: the limit is in Redis; ``await limiter.alimit_until(tokens, when)``."""
+        raise TypeError(_AWAIT.format(call="limit_until", twin="alimit_until(tokens, when)"))
+
+    def follow(self, headers: Headers, *, quota: QuotaKind = "requests", granted_since: float = 0) -> Signals:
+        """Not here: the limit is in Redis; ``await limiter.afollow(headers)``."""
+        raise TypeError(_AWAIT.format(call="follow", twin="afollow(headers)"))
+
     async def aretry_after(self, value: str | bytes | float) -> float:
         """Grants nothing, to any client of the key, until a server's ``Retry-After`` has passed (see
         ``Limiter.retry_after``); returns the seconds paused."""
@@ -167,11 +176,13 @@ class OnItsLoop:
         raise TypeError(_AWAIT.format(call="reserve", twin="areserve(amount)"))
 
 
-def pause_ns(seconds: float) -> int:
-    """seconds (checked) as the ns of a pause in Redis; ValueError beyond the longest one the script keeps exact."""
-    span = _params.pause("seconds", seconds)
+def pause_ns(seconds: float, name: str = "seconds") -> int:
+    """seconds (checked) as the ns of a pause (or a limit) in Redis; ValueError, naming name, beyond the longest one
+    the script keeps exact."""
+    span = _params.pause(name, seconds)
     if span * 1e9 > MAX_PAUSE_NS:
-        raise ValueError(f"seconds must be at most {MAX_PAUSE_NS / 1e9:.0f} over a RedisStore, got {seconds!r}")
+        raise ValueError(f"{name} must be at most {MAX_PAUSE_NS / 1e9:.0f} s from now over a RedisStore, got "
+                         f"{seconds!r}")
     return round(span * 1e9)
 
 

@@ -15,6 +15,7 @@ import math
 from typing import Any, Coroutine, Sequence
 
 from . import _params
+from ._capabilities import refused
 from ._clock import is_monotonic_loop
 from ._core import Bucket
 from ._limiter import AsyncLimiter, aiolimiter_rate, serve
@@ -167,6 +168,9 @@ class SharedLimiter(ReservingLimiter[SharedMemoryStore]):
 
     def _set_window(self, period_ns: int, limit: float) -> None:
         raise TypeError("a limiter with a SharedMemoryStore has no window")
+
+    def _limit_until(self, tokens: float, when: float, slack: float) -> None:
+        raise refused("limit_until, follow / alimit_until, afollow", "SharedMemoryStore")
 
     def _pause_until(self, when: float) -> None:
         rates = self._store_rates

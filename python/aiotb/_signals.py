@@ -30,7 +30,7 @@ import email.utils
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Callable, NamedTuple
+from typing import Callable, Literal, NamedTuple
 
 from . import _params
 
@@ -39,6 +39,8 @@ LONGEST_WAIT = 366 * 86400.0  # s: a reset or retry further away than a year is 
 MOST = 2.0**53  # the largest count read: past it a float no longer counts by ones
 
 Headers = Mapping[str, str | bytes] | Iterable[tuple[str | bytes, str | bytes]]
+QuotaKind = Literal["requests", "tokens", "input_tokens", "output_tokens"]  # the quotas Signals tells of
+QUOTAS: tuple[QuotaKind, ...] = ("requests", "tokens", "input_tokens", "output_tokens")
 
 
 class Quota(NamedTuple):

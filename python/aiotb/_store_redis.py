@@ -394,6 +394,11 @@ class RedisRates(_Bound):
         """Tokens available now (the fewest over the rates; 0 while paused)."""
         return float((await self._store._run(self._definition, "tokens"))[1])
 
+    async def limit(self, tokens: float, span_ns: int, slack_ns: int) -> None:
+        """At most tokens more granted, to every client, in the span_ns from the server's now: a server's quota
+        (``Limiter.limit_until`` says how it tightens, replaces or keeps a limit running, by slack_ns)."""
+        await self._store._run(self._definition, f"limit {float(tokens)!r} {span_ns} {slack_ns}")
+
     async def set_rate(self, index: int, ns_per_token: float, burst: float) -> None:
         """Changes rate index (from 0) for every client, keeping the tokens held now, at most the new burst."""
         await self._store._run(self._definition, f"set_rate {index + 1} {ns_per_token!r} {burst!r}")

@@ -295,6 +295,25 @@ static PyObject *bucket_pause_until(PyObject *op, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+// _limit_until(tokens, when, slack): grants before the loop time when take at most tokens in all, as
+// tb_limit_until says, slack in seconds; floats checked by the caller (when within the clock's range).
+static PyObject *bucket_limit_until(PyObject *op, PyObject *args)
+{
+    BucketObject *self = (BucketObject *)op;
+    double tokens, when, slack;
+    tb_ns now, until, slack_ns;
+    if (!PyArg_ParseTuple(args, "ddd:_limit_until", &tokens, &when, &slack) || configured_now(self, &now) < 0)
+        return NULL;
+    if (when >= (double)TB_MAX_SPAN / 1e9 || slack >= (double)TB_MAX_SPAN / 1e9)
+        return PyErr_Format(PyExc_ValueError, "when or slack is too far ahead: %R", args);
+    if (when <= -(double)TB_MAX_SPAN / 1e9)
+        Py_RETURN_NONE;  /* ended long before any reading of the clock */
+    if (seconds_to_ns(when, &until) < 0 || seconds_to_ns(slack, &slack_ns) < 0)
+        return NULL;
+    tb_limit_until(&self->core, tokens, until, slack_ns, now);
+    Py_RETURN_NONE;
+}
+
 /* ---- Bucket: what it can tell ---- */
 
 // _stats() -> (granted, granted_tokens, waits, wait_total, wait_max, cancelled, timeouts), times in seconds.
@@ -383,6 +402,7 @@ static PyMethodDef bucket_methods[] = {
     {"_set_rate", bucket_set_rate, METH_VARARGS, NULL},
     {"_set_window", bucket_set_window, METH_VARARGS, NULL},
     {"_pause_until", bucket_pause_until, METH_O, NULL},
+    {"_limit_until", bucket_limit_until, METH_VARARGS, NULL},
     {"_stats", bucket_stats, METH_NOARGS, NULL},
     {"_as_good_as_new", bucket_as_good_as_new, METH_NOARGS, NULL},
     {"_share", (PyCFunction)(void (*)(void))bucket_share, METH_FASTCALL, NULL},

@@ -218,7 +218,7 @@ static void window_end_hold(tb_window *w, double amount, tb_ns now)
 // Whether amount can be granted at t by every limit.
 static bool all_fit(const tb_limits *l, double amount, tb_ns t)
 {
-    if (t < l->paused_until)
+    if (t < l->paused_until || (t < l->limited_until && amount > l->limited_left))
         return false;
     for (uint32_t i = 0; i < l->nrates; i++)
         if (!fits(&l->rates[i], l->state[i], tb_ticks(amount * l->rates[i].ns_per_token), t))
@@ -233,6 +233,8 @@ static tb_ns all_fit_at(const tb_limits *l, double amount, tb_ns t)
         return TB_NEVER;
     if (t < l->paused_until)
         t = l->paused_until;
+    if (t < l->limited_until && amount > l->limited_left)
+        t = l->limited_until;
     for (uint32_t i = 0; i < l->nrates; i++) {
         tb_ns ready = tb_rate_fit_at(&l->rates[i], l->state[i], tb_ticks(amount * l->rates[i].ns_per_token), t);
         if (ready > t)
@@ -242,12 +244,14 @@ static tb_ns all_fit_at(const tb_limits *l, double amount, tb_ns t)
     return open > t ? open : t;
 }
 
-// Grants amount: the rates as of rates_at (never after now), the window at now.
+// Grants amount: the rates as of rates_at (never after now), the window and a running limit at now.
 static void take_all(tb_limits *l, double amount, tb_ns rates_at, tb_ns now)
 {
     for (uint32_t i = 0; i < l->nrates; i++)
         l->state[i] = tb_gcra_take(l->state[i], tb_ticks(amount * l->rates[i].ns_per_token), rates_at);
     window_record(&l->window, amount, now);
+    if (now < l->limited_until)
+        l->limited_left = amount < l->limited_left ? l->limited_left - amount : 0;
 }
 
 // The largest amount any single grant may take.
@@ -279,7 +283,7 @@ tb_status tb_limits_init(tb_limits *l, double ns_per_token, double burst, double
 {
     if (!tb_rate_ok(ns_per_token, burst, initial))
         return TB_EINVAL;
-    *l = (tb_limits){.paused_until = INT64_MIN};
+    *l = (tb_limits){.paused_until = INT64_MIN, .limited_until = INT64_MIN};
     return tb_limits_add_rate(l, ns_per_token, burst, initial);
 }
 
@@ -287,7 +291,7 @@ tb_status tb_limits_init_window(tb_limits *l, tb_ns period, double limit)
 {
     if (period <= 0 || period > TB_MAX_SPAN || !positive(limit))
         return TB_EINVAL;
-    *l = (tb_limits){.paused_until = INT64_MIN};
+    *l = (tb_limits){.paused_until = INT64_MIN, .limited_until = INT64_MIN};
     l->window.log = malloc(MIN_LOG * sizeof *l->window.log);
     if (l->window.log == NULL)
         return TB_ENOMEM;
@@ -305,7 +309,8 @@ tb_status tb_limits_add_rate(tb_limits *l, double ns_per_token, double burst, do
         return TB_EINVAL;
     l->rates[l->nrates++] = tb_rate_make(ns_per_token, burst, initial);
     l->max_amount = most_grantable(l);
-    l->plain = l->nrates == 1 && l->window.period == 0 && l->paused_until == INT64_MIN;
+    l->plain = l->nrates == 1 && l->window.period == 0 && l->paused_until == INT64_MIN &&
+               l->limited_until == INT64_MIN;
     debug_check(l);
     return TB_OK;
 }
@@ -339,6 +344,8 @@ double tb_limits_tokens(tb_limits *l, tb_ns now)
         if (held < tokens)
             tokens = held;
     }
+    if (now < l->limited_until && l->limited_left < tokens)
+        tokens = l->limited_left;
     return tokens > 0 ? tokens : 0;
 }
 
@@ -470,7 +477,8 @@ static tb_ns simulated_grant(const tb_limits *l, const tb_ahead *ahead, double a
 tb_ns tb_limits_projection(tb_limits *l, const tb_ahead *ahead, double amount, tb_ns now)
 {
     tb_limits_anchor(l, now);
-    if (l->nrates != 1 || l->window.period || l->paused_until > now || ahead->count < REPLAY_UP_TO)
+    if (l->nrates != 1 || l->window.period || l->paused_until > now || l->limited_until > now ||
+        ahead->count < REPLAY_UP_TO)
         return simulated_grant(l, ahead, amount, now);
     /* One rate, a long queue: amount is granted once it and all before it fit in a bucket full
      * at F. Each grant ahead rounds its need up by less than a tick: count ticks more, never early. */
@@ -494,7 +502,8 @@ bool tb_limits_full(const tb_limits *l, tb_ns now)
 {
     if (!l->anchored)
         return true;
-    if (l->paused_until > now || l->window.holds > 0 || (l->window.period && window_used(&l->window, now) > 0))
+    if (l->paused_until > now || l->limited_until > now || l->window.holds > 0 ||
+        (l->window.period && window_used(&l->window, now) > 0))
         return false;
     for (uint32_t i = 0; i < l->nrates; i++)
         if (debt(l->state[i], now) > 0)
@@ -542,6 +551,28 @@ void tb_limits_pause_until(tb_limits *l, tb_ns until)
     }
 }
 
+void tb_limits_limit_until(tb_limits *l, double tokens, tb_ns until, tb_ns slack, tb_ns now)
+{
+    if (until <= now)
+        return;
+    if (l->limited_until > now) {
+        if (until < l->limited_until - slack)
+            return;
+        if (until <= l->limited_until + slack) {
+            if (tokens < l->limited_left)
+                l->limited_left = tokens;
+            if (until > l->limited_until)
+                l->limited_until = until;
+            debug_check(l);
+            return;
+        }
+    }
+    l->limited_left = tokens;
+    l->limited_until = until;
+    l->plain = false;
+    debug_check(l);
+}
+
 void tb_limits_rebase(tb_limits *l, tb_ns then, tb_ns now)
 {
     if (!l->anchored)
@@ -556,6 +587,8 @@ void tb_limits_rebase(tb_limits *l, tb_ns then, tb_ns now)
         log_at(&l->window, i)->at += shift;
     if (l->paused_until != INT64_MIN)
         l->paused_until += shift;
+    if (l->limited_until != INT64_MIN)
+        l->limited_until += shift;
     debug_check(l);
 }
 
@@ -569,7 +602,7 @@ int tb_limits_check(const tb_limits *l)
             r->burst_ticks != tb_ticks(r->burst_ns) || r->token_ticks != tb_ticks(r->ns_per_token))
             return 1;
     }
-    if (l->max_amount != most_grantable(l))
+    if (l->max_amount != most_grantable(l) || !(l->limited_left >= 0))
         return 1;
     const tb_window *w = &l->window;
     if (w->period && (w->log_count > w->log_capacity || w->log_first >= w->log_capacity))

@@ -69,9 +69,11 @@ typedef struct {
     tb_gcra state[TB_MAX_RATES];  /* F of each rate, set at the first reading of the clock */
     tb_window window;
     tb_ns paused_until;   /* no grant before this instant */
+    tb_ns limited_until;  /* before this instant, grants take at most limited_left tokens in all */
+    double limited_left;  /* what they may still take (>= 0) */
     double max_amount;    /* the most any single grant may take: the smallest burst or window limit */
     bool anchored;        /* the first reading of the clock has set every F */
-    bool plain;           /* one rate, no window, never paused: tb_limits_take_now's short path applies */
+    bool plain;           /* one rate, no window, never paused or limited: tb_limits_take_now's short path */
     double late_credit;   /* how late a waiter's grant may be taken as of its ready instant, in time of
                            * one token of the fastest rate */
 } tb_limits;
@@ -161,7 +163,7 @@ void tb_limits_end_hold(tb_limits *l, double amount, tb_ns now);
  * memory for the replay is short. */
 tb_ns tb_limits_projection(tb_limits *l, const tb_ahead *ahead, double amount, tb_ns now);
 /* Whether the limits are as good as new at now: every rate full, no grant inside the window
- * ending at now, no pause after now (true before the first reading). */
+ * ending at now, no pause or limit running after now (true before the first reading). */
 bool tb_limits_full(const tb_limits *l, tb_ns now);
 
 /* Sets the late credit in time of one token of the fastest rate: values outside (0, 1) mean 0. */
@@ -174,6 +176,12 @@ tb_status tb_limits_set_rate(tb_limits *l, uint32_t index, double ns_per_token, 
 tb_status tb_limits_set_window(tb_limits *l, tb_ns period, double limit);
 /* No grant before until (a later call can only move it later). */
 void tb_limits_pause_until(tb_limits *l, tb_ns until);
+/* Grants before until take at most tokens (>= 0) in all, on top of every other limit: what a server says
+ * is left of its quota until its reset. A limit still running at now is replaced by one that ends more
+ * than slack after it (the server's next window), tightened by one that ends within slack of it (the same
+ * window: the fewer tokens, the later end), and kept by one that ends more than slack before it (news of
+ * an earlier window, come late). One that ends at or before now changes nothing. */
+void tb_limits_limit_until(tb_limits *l, double tokens, tb_ns until, tb_ns slack, tb_ns now);
 /* Moves the limits onto another clock, on which the old clock's then reads now. */
 void tb_limits_rebase(tb_limits *l, tb_ns then, tb_ns now);
 

@@ -264,6 +264,51 @@ static void test_projection_past_the_horizon(void)
     tb_limits_release(&l);
 }
 
+static void test_limit_until(void)
+{
+    tb_limits l;
+    CHECK(tb_limits_init(&l, 1e6, 10, 10) == TB_OK);  /* 1,000/s, burst 10, full */
+    /* 3 left until 100 ms: the rates would grant 10 now, the limit 3 in all before 100 ms. */
+    tb_limits_limit_until(&l, 3, 100 * MS, 10 * MS, 0);
+    HOLDS(&l);
+    CHECK(!l.plain && tb_limits_tokens(&l, 0) == 3 && !tb_limits_full(&l, 0));
+    CHECK(!tb_limits_fits(&l, 4, 0) && tb_limits_fit_at(&l, 4, 0) == 100 * MS);
+    CHECK(tb_limits_take_now(&l, 2, 0) && l.limited_left == 1);
+    CHECK(!tb_limits_take_now(&l, 2, MS) && tb_limits_take_now(&l, 1, MS) && l.limited_left == 0);
+    CHECK(tb_limits_fit_at(&l, 1, 2 * MS) == 100 * MS && tb_limits_tokens(&l, 50 * MS) == 0);
+    /* Queued amounts wait for its end, then take what the rates hold: full by then, the two 5s at 100 ms and
+     * the 1 a token later. */
+    const double ahead[] = {5, 5};
+    CHECK(PROJECT(&l, ahead, 2, 1, 2 * MS) == 101 * MS);
+    CHECK(PROJECT(&l, ahead, 1, 1, 2 * MS) == 100 * MS);
+    CHECK(tb_limits_tokens(&l, 100 * MS) == 10 && tb_limits_full(&l, 100 * MS));
+    /* News of the same window (its end within the slack) only tightens: fewer tokens, the later end. */
+    tb_limits_release(&l);
+    CHECK(tb_limits_init(&l, 1e6, 10, 10) == TB_OK);
+    tb_limits_limit_until(&l, 5, 100 * MS, 10 * MS, 0);
+    tb_limits_limit_until(&l, 8, 105 * MS, 10 * MS, MS);  /* sent before the other, come after: more left */
+    CHECK(l.limited_left == 5 && l.limited_until == 105 * MS);
+    tb_limits_limit_until(&l, 2, 95 * MS, 10 * MS, MS);
+    CHECK(l.limited_left == 2 && l.limited_until == 105 * MS);
+    /* An earlier window's, come late: kept as it is. A later window's: replaces it. */
+    tb_limits_limit_until(&l, 0, 50 * MS, 10 * MS, 2 * MS);
+    CHECK(l.limited_left == 2 && l.limited_until == 105 * MS);
+    tb_limits_limit_until(&l, 9, 300 * MS, 10 * MS, 2 * MS);
+    CHECK(l.limited_left == 9 && l.limited_until == 300 * MS);
+    /* One already over changes nothing; once a limit is over, the next replaces it whatever its end. */
+    tb_limits_limit_until(&l, 0, 2 * MS, 10 * MS, 2 * MS);
+    CHECK(l.limited_left == 9 && l.limited_until == 300 * MS);
+    tb_limits_limit_until(&l, 4, 310 * MS, 10 * MS, 300 * MS);
+    CHECK(l.limited_left == 4 && l.limited_until == 310 * MS);
+    /* 0 left: a pause until its end. A rebase moves its end with the clock. */
+    tb_limits_limit_until(&l, 0, 310 * MS, 10 * MS, 305 * MS);
+    CHECK(!tb_limits_fits(&l, 1, 305 * MS) && tb_limits_fit_at(&l, 1, 305 * MS) == 310 * MS);
+    tb_limits_rebase(&l, 305 * MS, 5 * MS);
+    CHECK(l.limited_until == 10 * MS && tb_limits_fit_at(&l, 1, 5 * MS) == 10 * MS);
+    HOLDS(&l);
+    tb_limits_release(&l);
+}
+
 static void test_full(void)
 {
     tb_limits l;
@@ -393,6 +438,7 @@ int main(void)
     RUN(test_holds);
     RUN(test_projection);
     RUN(test_projection_past_the_horizon);
+    RUN(test_limit_until);
     RUN(test_full);
     RUN(test_changes);
     RUN(test_check_finds_broken_invariants);
