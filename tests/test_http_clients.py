@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import math
 import socket
 import time
 from types import ModuleType, SimpleNamespace
@@ -705,3 +706,115 @@ def test_server_lets_through_its_limit_in_any_window(run_on, retry_after_on_limi
     expected = "30" if retry_after_on_limit else None  # whole seconds until the first of the window leaves it
     assert [retry_after for status, retry_after in answers if status == 429] == [expected, expected]
     assert after_reset == [200, 200] and [arrival.status for arrival in server.arrivals] == [200, 200]
+
+
+# ---- what the server says is left of its quota ----
+
+class QuotaServer:
+    """A fixed window of ``quota`` requests per ``window`` s (from the first request), each response telling what
+    is left and when it resets (X-RateLimit-Remaining, X-RateLimit-Reset in whole seconds, rounded up); 429 above
+    the quota. ``statuses`` records each response's status."""
+
+    def __init__(self, quota: int, window: float, now: Callable[[], float]) -> None:
+        self.quota, self.window, self.now = quota, window, now
+        self.started: float | None = None
+        self.count = 0
+        self.statuses: list[int] = []
+
+    def answer(self) -> tuple[int, dict[str, str]]:
+        now = self.now()
+        if self.started is None or now >= self.started + self.window:
+            self.started, self.count = now, 0
+        self.count += 1
+        status = 200 if self.count <= self.quota else 429
+        self.statuses.append(status)
+        left = self.started + self.window - now
+        return status, {"X-RateLimit-Remaining": str(max(0, self.quota - self.count)),
+                        "X-RateLimit-Reset": str(math.ceil(left - 1e-9))}
+
+
+@pytest.mark.parametrize("follow", ["requests", None])
+def test_httpx_follows_what_is_left_of_the_quota(lib, vrun, follow):
+    async def main() -> tuple[list[float], list[int]]:
+        loop = asyncio.get_running_loop()
+        server = QuotaServer(3, 2.0, loop.time)
+        limiter = lib.Limiter(100, 1, burst=10)
+        sent: list[float] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            sent.append(loop.time())
+            status, headers = server.answer()
+            return httpx.Response(status, headers=headers)
+
+        async with mock_client(lib, limiter, handler, follow=follow) as client:
+            for _ in range(7):
+                await client.get("/")
+        return sent, server.statuses
+
+    sent, statuses = vrun(main())
+    if follow is None:  # the rates alone: 7 at once, 4 of them over the quota
+        assert sent == [0.0] * 7 and statuses.count(429) == 4
+    else:  # 3 in each window of 2 s, none over
+        assert sent == [0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 4.0] and statuses == [200] * 7
+
+
+def test_aiohttp_follows_what_is_left_of_the_quota(lib, run):
+    async def main() -> tuple[list[int], float]:
+        server = QuotaServer(3, 1.0, time.monotonic)
+
+        async def handle(request: web.Request) -> web.Response:
+            status, headers = server.answer()
+            return web.Response(status=status, headers=headers)
+
+        app = web.Application()
+        app.router.add_get("/", handle)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            host, port = runner.addresses[0][:2]
+            limiter = lib.Limiter(1000, 1, burst=10)
+            started = time.monotonic()
+            async with limited_session(lib, limiter) as session:
+                for _ in range(4):
+                    async with session.get(f"http://{host}:{port}/") as response:
+                        await response.read()
+            return server.statuses, time.monotonic() - started
+        finally:
+            await runner.cleanup()
+
+    statuses, took = run(main())
+    assert statuses == [200] * 4
+    assert 0.9 <= took < 5.0  # the 4th once the server's window of 1 s is over (whole seconds: at most 1 s on)
+
+
+def test_a_store_that_keeps_no_limit_follows_nothing(lib, run, name):
+    if lib.name != "c":
+        pytest.skip("a SharedMemoryStore needs the C engine (tests/test_bad_input.py checks the twin refuses it)")
+
+    async def main() -> list[int]:
+        limiter = lib.Limiter(100, 1, burst=10, store=lib.package.SharedMemoryStore(name))
+        server = QuotaServer(1, 60.0, asyncio.get_running_loop().time)
+        statuses = []
+
+        def respond(request: httpx.Request) -> httpx.Response:
+            status, headers = server.answer()
+            return httpx.Response(status, headers=headers)
+
+        transport = integration(lib, "httpx").LimitedTransport(limiter, httpx.MockTransport(respond))
+        async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+            for _ in range(3):
+                statuses.append((await client.get("/")).status_code)
+        return statuses
+
+    assert run(main()) == [200, 429, 429]  # the headers are not followed (nor do they raise)
+
+
+@pytest.mark.parametrize("follow", ["bytes", 1, ""])
+def test_bad_follow_is_refused(lib, follow):
+    limiter = lib.Limiter(10, 1)
+    with pytest.raises(ValueError, match="follow"):
+        integration(lib, "aiohttp").limiter_middleware(limiter, follow=follow)
+    with pytest.raises(ValueError, match="follow"):
+        integration(lib, "httpx").LimitedTransport(limiter, httpx.MockTransport(lambda request: httpx.Response(200)),
+                                                   follow=follow)

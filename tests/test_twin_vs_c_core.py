@@ -87,7 +87,7 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
         "tb_refund": (None, [vp, dbl, ns_t]), "tb_reckon_late": (None, [vp, dbl, ns_t]), "tb_set_late_credit": (None, [vp, dbl]),
         "tb_hold": (None, [vp, dbl]), "tb_end_hold": (None, [vp, dbl, ns_t]),
         "tb_set_rate": (ctypes.c_int, [vp, u32, dbl, dbl, ns_t]), "tb_set_window": (ctypes.c_int, [vp, ns_t, dbl]),
-        "tb_pause_until": (None, [vp, ns_t]), "tb_limit_until": (None, [vp, dbl, ns_t, ns_t, ns_t]),
+        "tb_pause_until": (None, [vp, ns_t]), "tb_limit_until": (ctypes.c_bool, [vp, dbl, ns_t, ns_t, ns_t]),
         "tb_rebase": (None, [vp, ns_t, ns_t]),
         "tb_as_good_as_new": (ctypes.c_bool, [vp, ns_t]), "tb_check": (ctypes.c_int, [vp]),
     }
@@ -277,8 +277,9 @@ def replay(pair: Pair, ops: list[tuple[str, int]], now: int, order: int) -> None
         elif op == "pause_until":
             pair.call("pause_until", now + STEPS[x % len(STEPS)])
         elif op == "limit_until":  # the server's quota: tokens left until a reset, news of this window or others
-            pair.call("limit_until", [0.0, 1.0, 2.5, 7.0][x % 4], now + STEPS[x % len(STEPS)],
-                      STEPS[x // 7 % len(STEPS)], now)
+            c, py = pair.call("limit_until", [0.0, 1.0, 2.5, 7.0][x % 4], now + STEPS[x % len(STEPS)],
+                              STEPS[x // 7 % len(STEPS)], now)
+            assert c == py, op
         elif op == "rebase":
             shift = (x - 2**15) * 1_000_003
             pair.call("rebase", now, now + shift)

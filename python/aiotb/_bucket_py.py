@@ -510,16 +510,16 @@ class Bucket:
             self._core.pause_until(seconds_to_ns(seconds))
 
     @_locked
-    def _limit_until(self, tokens: float, when: float, slack: float) -> None:
+    def _limit_until(self, tokens: float, when: float, slack: float) -> bool:
         """Grants before the loop time when take at most tokens in all, as Bucket.limit_until says, slack in
-        seconds (floats checked by the caller)."""
+        seconds (floats checked by the caller); what Limits.limit_until returns."""
         x, seconds, within = _double(tokens), _double(when), _double(slack)
         now = self._configured_now()
         if seconds >= _MAX_SECONDS or within >= _MAX_SECONDS:
             raise ValueError(f"when or slack is too far ahead: {(tokens, when, slack)!r}")
         if seconds <= -_MAX_SECONDS:
-            return  # ended long before any reading of the clock
-        self._core.limit_until(x, seconds_to_ns(seconds), seconds_to_ns(within), now)
+            return False  # ended long before any reading of the clock
+        return self._core.limit_until(x, seconds_to_ns(seconds), seconds_to_ns(within), now)
 
     # ---- what it can tell ----
 

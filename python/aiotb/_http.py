@@ -1,6 +1,6 @@
 """What the HTTP client integrations (``aiotb.httpx``, ``aiotb.aiohttp``) share: the checked
-``amount``, ``retries`` and ``max_pause`` of a limited client, and the reading of a response that
-asks the client to come back later."""
+``amount``, ``retries``, ``max_pause`` and ``follow`` of a limited client, the reading of a response
+that asks the client to come back later, and of what a response says is left of the server's quota."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ import logging
 from typing import Any, Callable, TypeVar
 
 from . import _params
+from ._capabilities import refusal
 from ._limiter import Limiter
+from ._signals import QUOTAS, Headers, QuotaKind
+from ._store import StoreError
 
 RequestT = TypeVar("RequestT")
 
@@ -17,6 +20,8 @@ RETRY_STATUSES = frozenset({429, 503})  # Too Many Requests, Service Unavailable
 MAX_PAUSE = 300.0  # s: the longest pause a server may ask by default, aiohttp's default total timeout
 
 log = logging.getLogger("aiotb.http")
+FOLLOWED = "limit_until, follow / alimit_until, afollow"  # the row of the table of stores that follow obeys
+_QUOTA_NAMED: dict[str, QuotaKind] = {quota: quota for quota in QUOTAS}
 
 
 def amount(limiter: Limiter[Any], value: float | Callable[[RequestT], float]) -> float | Callable[[RequestT], float]:
@@ -46,6 +51,38 @@ def max_pause(value: object) -> float:
     """The longest pause a server may ask of a client: seconds > 0, below the engine's range (about 9
     years), or TypeError/ValueError naming max_pause."""
     return _params.pause("max_pause", value, _params.positive("max_pause", value))
+
+
+def follow(limiter: Limiter[Any], value: object) -> QuotaKind | None:
+    """The quota of the server's whose headers a client follows (``Limiter.follow``): value, checked
+    (ValueError); None for None, or where the limiter's store keeps no limit of a server's quota (a
+    SharedMemoryStore, a leased RedisStore: see the table of stores), which then follows none."""
+    if value is None:
+        return None
+    quota = _QUOTA_NAMED.get(value) if isinstance(value, str) else None
+    if quota is None:
+        raise ValueError(f"follow must be None or one of {', '.join(map(repr, QUOTAS))}, got {value!r}")
+    store = getattr(limiter, "store", None)
+    return None if refusal(FOLLOWED, "in process" if store is None else store.capabilities.kind) else quota
+
+
+def granted_tokens(limiter: Limiter[Any]) -> float:
+    """The tokens limiter granted so far (in this process): a request notes them as it is granted, so that
+    ``obey`` can tell those granted since."""
+    return limiter._stats()[1]
+
+
+async def obey(limiter: Limiter[Any], headers: Headers, quota: QuotaKind | None, granted_before: float,
+               host: str | None) -> None:
+    """Follows what a response's headers say is left of the quota (none if quota is None), less the tokens
+    granted since its request was (granted_before: as it was granted). A store that cannot take it now (Redis
+    away) is logged as a warning: the response is the answer all the same."""
+    if quota is None:
+        return
+    try:
+        await limiter.afollow(headers, quota=quota, granted_since=max(0.0, granted_tokens(limiter) - granted_before))
+    except StoreError as error:
+        log.warning("the limit %s told could not be kept: %s", host or "a server", error)
 
 
 async def pause(limiter: Limiter[Any], status: int, retry_after: str | None, most: float, host: str | None) -> bool:

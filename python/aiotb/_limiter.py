@@ -319,8 +319,8 @@ class Limiter(Generic[StoreT], Bucket):
         same window: the fewer tokens, the later end), replaced by one that ends later (the server's next
         window), and kept by one that ends earlier (news of an earlier window, come late), so that responses
         read out of order never loosen it. A grant given back (a cancelled task's) does not come back to it."""
-        self._limit_until(_params.non_negative("tokens", tokens), _params.loop_time("when", when), LIMIT_SLACK)
-        self._settle()
+        if self._limit_until(_params.non_negative("tokens", tokens), _params.loop_time("when", when), LIMIT_SLACK):
+            self._settle()
 
     def follow(self: LocalLimiter, headers: Headers, *, quota: QuotaKind = "requests",
                granted_since: float = 0) -> Signals:

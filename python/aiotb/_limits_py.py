@@ -562,27 +562,30 @@ class Limits:
             self.paused_until = until
             self.plain = False
 
-    def limit_until(self, tokens: float, until: int, slack: int, now: int) -> None:
+    def limit_until(self, tokens: float, until: int, slack: int, now: int) -> bool:
         """Grants before until take at most tokens (>= 0) in all, on top of every other limit. A limit still
         running at now is replaced by one that ends more than slack after it, tightened by one that ends
         within slack of it (the fewer tokens, the later end), and kept by one that ends more than slack
-        before it. One that ends at or before now changes nothing."""
+        before it. One that ends at or before now changes nothing. Returns whether it set a limit or gave fewer
+        tokens (a later end alone: False; a waiter timed for the earlier end is timed again when it comes)."""
         if until <= now:
-            return
+            return False
         if self.limited_until > now:
             if until < self.limited_until - slack:
-                return
+                return False
             if until <= self.limited_until + slack:
+                fewer = tokens < self.limited_left
                 if tokens < self.limited_left:
                     self.limited_left = tokens
                 if until > self.limited_until:
                     self.limited_until = until
                 _debug_check(self)
-                return
+                return fewer
         self.limited_left = tokens
         self.limited_until = until
         self.plain = False
         _debug_check(self)
+        return True
 
     def rebase(self, then: int, now: int) -> None:
         """Moves the limits onto another clock, on which the old clock's then reads now."""

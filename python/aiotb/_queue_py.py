@@ -429,9 +429,10 @@ class Bucket:
         """No grant before until (a later call can only move it later)."""
         self.limits.pause_until(until)
 
-    def limit_until(self, tokens: float, until: int, slack: int, now: int) -> None:
-        """Grants before until take at most tokens in all, as Limits.limit_until. Queued waiters keep their place."""
-        self.limits.limit_until(tokens, until, slack, now)
+    def limit_until(self, tokens: float, until: int, slack: int, now: int) -> bool:
+        """Grants before until take at most tokens in all, as Limits.limit_until (and what it returns).
+        Queued waiters keep their place."""
+        return self.limits.limit_until(tokens, until, slack, now)
 
     def rebase(self, then: int, now: int) -> None:
         """Moves the bucket onto another clock, on which the old clock's then reads now."""

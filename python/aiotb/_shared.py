@@ -169,7 +169,7 @@ class SharedLimiter(ReservingLimiter[SharedMemoryStore]):
     def _set_window(self, period_ns: int, limit: float) -> None:
         raise TypeError("a limiter with a SharedMemoryStore has no window")
 
-    def _limit_until(self, tokens: float, when: float, slack: float) -> None:
+    def _limit_until(self, tokens: float, when: float, slack: float) -> bool:
         raise refused("limit_until, follow / alimit_until, afollow", "SharedMemoryStore")
 
     def _pause_until(self, when: float) -> None:

@@ -72,14 +72,23 @@ def _text(data: str | bytes) -> str:
 
 
 def _fields(headers: Headers) -> dict[str, list[str]]:
-    """Each field's values, in order, by lower-case name; an entry that is no (name, value) of text skipped."""
+    """The values, in order, of each field read here (``_READ``), by lower-case name; an entry that is no (name,
+    value) of text skipped. Every other field costs a lower-casing only (of its bytes, as a client's raw headers
+    hold them: no decoding): most responses hold none of these."""
     pairs: Iterable[object] = headers.items() if isinstance(headers, Mapping) else headers
     fields: dict[str, list[str]] = {}
     for pair in pairs:
-        if isinstance(pair, tuple) and len(pair) == 2:
-            name, value = pair
-            if isinstance(name, (str, bytes)) and isinstance(value, (str, bytes)):
-                fields.setdefault(_text(name).strip().lower(), []).append(_text(value).strip())
+        if type(pair) is not tuple or len(pair) != 2:
+            continue
+        name, value = pair
+        if isinstance(name, bytes):
+            key = _READ_BYTES.get(name.strip().lower())
+        elif isinstance(name, str):
+            key = name.strip().lower()
+        else:
+            continue
+        if key in _READ and isinstance(value, (str, bytes)):
+            fields.setdefault(key, []).append(_text(value).strip())
     return fields
 
 
@@ -109,12 +118,15 @@ def _wait(span: float) -> float | None:
     return max(0.0, span) if span <= LONGEST_WAIT else None
 
 
-def _reset_number(text: str | None, server_now: datetime.datetime) -> float | None:
+ServerNow = Callable[[], datetime.datetime]  # the server's clock, read from its Date field only if asked
+
+
+def _reset_number(text: str | None, server_now: ServerNow) -> float | None:
     """Seconds to a reset given as delta seconds or, from EPOCH_FROM on, as an epoch instant in seconds."""
     value = _number(text, math.inf)
     if value is None:
         return None
-    return _wait(value - server_now.timestamp() if value >= EPOCH_FROM else value)
+    return _wait(value - server_now().timestamp() if value >= EPOCH_FROM else value)
 
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(h|ms|m|s|us|µs|μs|ns)")
@@ -122,7 +134,7 @@ _DURATION = re.compile(f"(?:{_DURATION_PART.pattern})+")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9}
 
 
-def _duration(text: str | None, server_now: datetime.datetime) -> float | None:
+def _duration(text: str | None, server_now: ServerNow) -> float | None:
     """Seconds in a Go duration (``6m0s``, ``1h2m3.5s``, ``20ms``) or in plain seconds; None if malformed."""
     if text is None:
         return None
@@ -133,7 +145,7 @@ def _duration(text: str | None, server_now: datetime.datetime) -> float | None:
     return _wait(sum(float(amount) * _UNIT_SECONDS[unit] for amount, unit in _DURATION_PART.findall(text)))
 
 
-def _instant(text: str | None, server_now: datetime.datetime) -> float | None:
+def _instant(text: str | None, server_now: ServerNow) -> float | None:
     """Seconds from server_now to an RFC 3339 instant (with its offset); None if malformed."""
     if text is None:
         return None
@@ -141,7 +153,7 @@ def _instant(text: str | None, server_now: datetime.datetime) -> float | None:
         when = datetime.datetime.fromisoformat(text)
     except ValueError:
         return None
-    return _wait((when - server_now).total_seconds()) if when.tzinfo is not None else None
+    return _wait((when - server_now()).total_seconds()) if when.tzinfo is not None else None
 
 
 def _server_now(fields: dict[str, list[str]], now: datetime.datetime) -> datetime.datetime:
@@ -156,12 +168,12 @@ def _server_now(fields: dict[str, list[str]], now: datetime.datetime) -> datetim
     return date if date.tzinfo is not None else date.replace(tzinfo=datetime.timezone.utc)
 
 
-def _retry_after(text: str | None, server_now: datetime.datetime) -> float | None:
+def _retry_after(text: str | None, server_now: ServerNow) -> float | None:
     """Seconds a Retry-After value asks to wait, an HTTP date taken against server_now; None if malformed."""
     if text is None:
         return None
     try:
-        return _wait(_params.retry_after(text, server_now))
+        return _wait(_params.retry_after(text, server_now()))
     except ValueError:
         return None
 
@@ -197,7 +209,7 @@ def _tightest(quotas: list[Quota]) -> Quota | None:
     return min(quotas, key=lambda quota: (quota.remaining, -(quota.reset_after or 0.0)), default=None)
 
 
-def _draft(fields: dict[str, list[str]], server_now: datetime.datetime) -> Quota | None:
+def _draft(fields: dict[str, list[str]], server_now: ServerNow) -> Quota | None:
     """The most restrictive request quota of the RateLimit field, its limit the q of the RateLimit-Policy
     item of the same name; None if there is none."""
     policies = dict(_items(", ".join(fields.get("ratelimit-policy", []))))
@@ -210,7 +222,7 @@ def _draft(fields: dict[str, list[str]], server_now: datetime.datetime) -> Quota
     return _tightest(quotas)
 
 
-ResetReader = Callable[[str | None, datetime.datetime], float | None]
+ResetReader = Callable[[str | None, ServerNow], float | None]
 _ANTHROPIC_KINDS = {"requests": "requests", "tokens": "tokens", "input_tokens": "input-tokens",
                     "output_tokens": "output-tokens"}
 # (kind, remaining field, reset field, limit field, how its reset reads), one line a quota a style tells
@@ -224,19 +236,33 @@ _STYLES: list[tuple[str, str, str, str, ResetReader]] = [
 ]
 
 
+_READ = frozenset({"ratelimit", "ratelimit-policy", "retry-after", "date",
+                   *(field for _, *names, _ in _STYLES for field in names)})  # every field read here, lower-case
+_READ_BYTES = {name.encode("latin-1"): name for name in _READ}
+_NOTHING = Signals()
+
+
 def read_signals(headers: Headers, now: datetime.datetime) -> Signals:
     """What a response's headers say of the server's limits, in seconds from now, the local wall clock
     (timezone-aware, or ValueError). Raises nothing for anything the headers hold."""
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
     fields = _fields(headers)
-    server_now = _server_now(fields, now)
+    if not fields.keys() - {"date"}:
+        return _NOTHING
+    known: list[datetime.datetime] = []
+
+    def server_now() -> datetime.datetime:
+        if not known:
+            known.append(_server_now(fields, now))
+        return known[0]
+
     found: dict[str, list[Quota]] = {kind: [] for kind in _ANTHROPIC_KINDS}
-    draft = _draft(fields, server_now)
+    draft = _draft(fields, server_now) if "ratelimit" in fields else None
     if draft is not None:
         found["requests"].append(draft)
     for kind, remaining_field, reset_field, limit_field, read_reset in _STYLES:
-        remaining = _number(_first(fields, remaining_field))
+        remaining = _number(_first(fields, remaining_field)) if remaining_field in fields else None
         if remaining is not None:
             found[kind].append(Quota(remaining, read_reset(_first(fields, reset_field), server_now),
                                      _number(_first(fields, limit_field))))

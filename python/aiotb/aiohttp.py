@@ -2,7 +2,8 @@
 
 Every request the session sends, redirects and retries included, first takes a slot of the limiter
 and holds it until its response is released, so that a ``WindowLimiter`` counts the request in
-every window it may reach the server in. A 429 or 503 with a ``Retry-After`` pauses the limiter and
+every window it may reach the server in. What each response's rate-limit headers say is left of the
+server's quota limits the limiter until its reset, and a 429 or 503 with a ``Retry-After`` pauses it and
 is sent again. Needs aiohttp 3.12 or later, for client middlewares (``pip install aiotb[aiohttp]``)."""
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import aiohttp
 
 from . import _http
 from ._limiter import Limiter
+from ._signals import QuotaKind
 
 __all__ = ["limiter_middleware"]
 
 
 def limiter_middleware(limiter: Limiter[Any], *, amount: float | Callable[[aiohttp.ClientRequest], float] = 1,
-                       retries: int = 3, max_pause: float = _http.MAX_PAUSE) -> aiohttp.ClientMiddlewareType:
+                       retries: int = 3, max_pause: float = _http.MAX_PAUSE,
+                       follow: QuotaKind | None = "requests") -> aiohttp.ClientMiddlewareType:
     """An aiohttp client middleware that sends each request through ``limiter``.
 
     ``amount``: the tokens of a request, a number or a callable of the ``aiohttp.ClientRequest``,
@@ -40,8 +43,16 @@ def limiter_middleware(limiter: Limiter[Any], *, amount: float | Callable[[aioht
     limiter and for a ``Retry-After`` too: a long queue ends in ``TimeoutError`` unless it is
     raised or set to None.
 
+    ``follow`` (default ``"requests"``): what every response's rate-limit headers say is left of the
+    server's quota of requests (or of ``"tokens"``, ``"input_tokens"``, ``"output_tokens"``, for a limiter
+    whose amounts count a language model's tokens) limits the limiter until the quota resets, for every
+    task (and over a RedisStore, every client of its key), less what it granted since the request was
+    (``Limiter.follow``); None follows nothing. Over a store that keeps no such limit (a
+    SharedMemoryStore, a leased RedisStore) nothing is followed.
+
     Put it first in ``middlewares`` so that the middlewares after it run once per attempt."""
     tokens_of = _http.amount(limiter, amount)
+    quota = _http.follow(limiter, follow)
     most_retries = _http.retries(retries)
     longest = _http.max_pause(max_pause)
 
@@ -51,6 +62,7 @@ def limiter_middleware(limiter: Limiter[Any], *, amount: float | Callable[[aioht
         while True:
             slot = limiter.slot(tokens)
             await slot.__aenter__()
+            granted_before = _http.granted_tokens(limiter) if quota is not None else 0.0
             try:
                 response = await handler(request)
             except BaseException:
@@ -64,6 +76,7 @@ def limiter_middleware(limiter: Limiter[Any], *, amount: float | Callable[[aioht
                 slot.release()
             else:
                 connection.add_callback(slot.release)
+            await _http.obey(limiter, response.raw_headers, quota, granted_before, request.url.host)
             paused = await _http.pause(limiter, response.status, response.headers.get("Retry-After"), longest,
                                        request.url.host)
             if not paused or not retries_left:

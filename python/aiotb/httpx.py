@@ -2,8 +2,9 @@
 
 Every request the client sends, redirects and retries included, first takes a slot of the limiter
 and holds it until its response is closed, so that a ``WindowLimiter`` counts the request in every
-window it may reach the server in. A 429 or 503 with a ``Retry-After`` pauses the limiter and is
-sent again. Needs httpx (``pip install aiotb[httpx]``)."""
+window it may reach the server in. What each response's rate-limit headers say is left of the server's quota
+limits the limiter until its reset, and a 429 or 503 with a ``Retry-After`` pauses it and is sent again. Needs
+httpx (``pip install aiotb[httpx]``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import httpx
 
 from . import _http
 from ._limiter import Limiter, Slot
+from ._signals import QuotaKind
 
 __all__ = ["LimitedTransport"]
 
@@ -38,12 +40,20 @@ class LimitedTransport(httpx.AsyncBaseTransport):
     delta-seconds nor an HTTP date, or is too far ahead for the limiter, is taken as no
     ``Retry-After``: the response is returned, and the limiter is not paused. The wait for the
     limiter and for a ``Retry-After`` is not bounded by httpx's timeouts: wrap the call in
-    ``asyncio.timeout`` to bound it."""
+    ``asyncio.timeout`` to bound it.
+
+    ``follow`` (default ``"requests"``): what every response's rate-limit headers say is left of the
+    server's quota of requests (or of ``"tokens"``, ``"input_tokens"``, ``"output_tokens"``, for a limiter
+    whose amounts count a language model's tokens) limits the limiter until the quota resets, for every
+    task (and over a RedisStore, every client of its key), less what it granted since the request was
+    (``Limiter.follow``); None follows nothing. Over a store that keeps no such limit (a
+    SharedMemoryStore, a leased RedisStore) nothing is followed."""
 
     def __init__(self, limiter: Limiter[Any], transport: httpx.AsyncBaseTransport | None = None, *,
                  amount: float | Callable[[httpx.Request], float] = 1, retries: int = 3,
-                 max_pause: float = _http.MAX_PAUSE) -> None:
+                 max_pause: float = _http.MAX_PAUSE, follow: QuotaKind | None = "requests") -> None:
         self._amount = _http.amount(limiter, amount)
+        self._follow: QuotaKind | None = _http.follow(limiter, follow)
         self._retries = _http.retries(retries)
         self._max_pause = _http.max_pause(max_pause)
         self._limiter = limiter
@@ -64,7 +74,8 @@ class LimitedTransport(httpx.AsyncBaseTransport):
         tokens = _http.tokens(self._amount, request)
         retries = self._retries
         while True:
-            response = await self._send(request, tokens)
+            response, granted_before = await self._send(request, tokens)
+            await _http.obey(self._limiter, response.headers.raw, self._follow, granted_before, request.url.host)
             paused = await _http.pause(self._limiter, response.status_code, response.headers.get("Retry-After"),
                                        self._max_pause, request.url.host)
             if not paused or not retries:
@@ -75,10 +86,12 @@ class LimitedTransport(httpx.AsyncBaseTransport):
             finally:
                 await response.aclose()
 
-    async def _send(self, request: httpx.Request, tokens: float) -> httpx.Response:
-        """One attempt: the response of ``request`` sent in a slot of ``tokens``, which it holds."""
+    async def _send(self, request: httpx.Request, tokens: float) -> tuple[httpx.Response, float]:
+        """One attempt: the response of ``request`` sent in a slot of ``tokens``, which it holds, and the tokens
+        the limiter had granted as it granted the slot."""
         slot = self._limiter.slot(tokens)
         await slot.__aenter__()
+        granted_before = _http.granted_tokens(self._limiter) if self._follow is not None else 0.0
         try:
             response = await self._transport.handle_async_request(request)
         except BaseException:
@@ -89,7 +102,7 @@ class LimitedTransport(httpx.AsyncBaseTransport):
             slot.release()  # read and closed already (or a stream this client cannot close): nothing to hold
         else:
             response.stream = _HeldStream(stream, slot)
-        return response
+        return response, granted_before
 
     async def aclose(self) -> None:
         """Closes the wrapped transport."""

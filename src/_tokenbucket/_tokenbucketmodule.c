@@ -295,8 +295,8 @@ static PyObject *bucket_pause_until(PyObject *op, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-// _limit_until(tokens, when, slack): grants before the loop time when take at most tokens in all, as
-// tb_limit_until says, slack in seconds; floats checked by the caller (when within the clock's range).
+// _limit_until(tokens, when, slack) -> as tb_limit_until's: grants before the loop time when take at most
+// tokens in all, as tb_limit_until says, slack in seconds; floats checked by the caller.
 static PyObject *bucket_limit_until(PyObject *op, PyObject *args)
 {
     BucketObject *self = (BucketObject *)op;
@@ -307,11 +307,10 @@ static PyObject *bucket_limit_until(PyObject *op, PyObject *args)
     if (when >= (double)TB_MAX_SPAN / 1e9 || slack >= (double)TB_MAX_SPAN / 1e9)
         return PyErr_Format(PyExc_ValueError, "when or slack is too far ahead: %R", args);
     if (when <= -(double)TB_MAX_SPAN / 1e9)
-        Py_RETURN_NONE;  /* ended long before any reading of the clock */
+        Py_RETURN_FALSE;  /* ended long before any reading of the clock */
     if (seconds_to_ns(when, &until) < 0 || seconds_to_ns(slack, &slack_ns) < 0)
         return NULL;
-    tb_limit_until(&self->core, tokens, until, slack_ns, now);
-    Py_RETURN_NONE;
+    return PyBool_FromLong(tb_limit_until(&self->core, tokens, until, slack_ns, now));
 }
 
 /* ---- Bucket: what it can tell ---- */

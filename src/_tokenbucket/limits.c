@@ -551,26 +551,28 @@ void tb_limits_pause_until(tb_limits *l, tb_ns until)
     }
 }
 
-void tb_limits_limit_until(tb_limits *l, double tokens, tb_ns until, tb_ns slack, tb_ns now)
+bool tb_limits_limit_until(tb_limits *l, double tokens, tb_ns until, tb_ns slack, tb_ns now)
 {
     if (until <= now)
-        return;
+        return false;
     if (l->limited_until > now) {
         if (until < l->limited_until - slack)
-            return;
+            return false;
         if (until <= l->limited_until + slack) {
+            bool fewer = tokens < l->limited_left;
             if (tokens < l->limited_left)
                 l->limited_left = tokens;
             if (until > l->limited_until)
                 l->limited_until = until;
             debug_check(l);
-            return;
+            return fewer;
         }
     }
     l->limited_left = tokens;
     l->limited_until = until;
     l->plain = false;
     debug_check(l);
+    return true;
 }
 
 void tb_limits_rebase(tb_limits *l, tb_ns then, tb_ns now)

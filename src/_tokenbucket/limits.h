@@ -180,8 +180,10 @@ void tb_limits_pause_until(tb_limits *l, tb_ns until);
  * is left of its quota until its reset. A limit still running at now is replaced by one that ends more
  * than slack after it (the server's next window), tightened by one that ends within slack of it (the same
  * window: the fewer tokens, the later end), and kept by one that ends more than slack before it (news of
- * an earlier window, come late). One that ends at or before now changes nothing. */
-void tb_limits_limit_until(tb_limits *l, double tokens, tb_ns until, tb_ns slack, tb_ns now);
+ * an earlier window, come late). One that ends at or before now changes nothing. Returns whether it set a
+ * limit or gave fewer tokens (a later end alone: false; a waiter timed for the earlier end is timed again
+ * when it comes). */
+bool tb_limits_limit_until(tb_limits *l, double tokens, tb_ns until, tb_ns slack, tb_ns now);
 /* Moves the limits onto another clock, on which the old clock's then reads now. */
 void tb_limits_rebase(tb_limits *l, tb_ns then, tb_ns now);
 

@@ -435,9 +435,9 @@ void tb_pause_until(tb_bucket *b, tb_ns until)
     tb_limits_pause_until(&b->limits, until);
 }
 
-void tb_limit_until(tb_bucket *b, double tokens, tb_ns until, tb_ns slack, tb_ns now)
+bool tb_limit_until(tb_bucket *b, double tokens, tb_ns until, tb_ns slack, tb_ns now)
 {
-    tb_limits_limit_until(&b->limits, tokens, until, slack, now);
+    return tb_limits_limit_until(&b->limits, tokens, until, slack, now);
 }
 
 void tb_rebase(tb_bucket *b, tb_ns then, tb_ns now)

@@ -138,8 +138,8 @@ tb_status tb_set_window(tb_bucket *b, tb_ns period, double limit);
 /* No grant before until (a later call can only move it later). */
 void tb_pause_until(tb_bucket *b, tb_ns until);
 /* Grants before until take at most tokens in all, as tb_limits_limit_until (which says how a limit still
- * running is replaced, tightened or kept). Queued waiters keep their place. */
-void tb_limit_until(tb_bucket *b, double tokens, tb_ns until, tb_ns slack, tb_ns now);
+ * running is replaced, tightened or kept, and what it returns). Queued waiters keep their place. */
+bool tb_limit_until(tb_bucket *b, double tokens, tb_ns until, tb_ns slack, tb_ns now);
 /* Moves the bucket onto another clock, on which the old clock's then reads now. */
 void tb_rebase(tb_bucket *b, tb_ns then, tb_ns now);
 /* Whether the bucket is as good as new at now: no waiter, and its limits full. */

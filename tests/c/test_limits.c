@@ -269,7 +269,7 @@ static void test_limit_until(void)
     tb_limits l;
     CHECK(tb_limits_init(&l, 1e6, 10, 10) == TB_OK);  /* 1,000/s, burst 10, full */
     /* 3 left until 100 ms: the rates would grant 10 now, the limit 3 in all before 100 ms. */
-    tb_limits_limit_until(&l, 3, 100 * MS, 10 * MS, 0);
+    CHECK(tb_limits_limit_until(&l, 3, 100 * MS, 10 * MS, 0));
     HOLDS(&l);
     CHECK(!l.plain && tb_limits_tokens(&l, 0) == 3 && !tb_limits_full(&l, 0));
     CHECK(!tb_limits_fits(&l, 4, 0) && tb_limits_fit_at(&l, 4, 0) == 100 * MS);
@@ -286,17 +286,18 @@ static void test_limit_until(void)
     tb_limits_release(&l);
     CHECK(tb_limits_init(&l, 1e6, 10, 10) == TB_OK);
     tb_limits_limit_until(&l, 5, 100 * MS, 10 * MS, 0);
-    tb_limits_limit_until(&l, 8, 105 * MS, 10 * MS, MS);  /* sent before the other, come after: more left */
+    CHECK(!tb_limits_limit_until(&l, 8, 105 * MS, 10 * MS, MS));  /* sent before the other, come after: more left */
     CHECK(l.limited_left == 5 && l.limited_until == 105 * MS);
-    tb_limits_limit_until(&l, 2, 95 * MS, 10 * MS, MS);
+    CHECK(!tb_limits_limit_until(&l, 5, 100 * MS, 10 * MS, MS));  /* the same news again: nothing changes */
+    CHECK(tb_limits_limit_until(&l, 2, 95 * MS, 10 * MS, MS));
     CHECK(l.limited_left == 2 && l.limited_until == 105 * MS);
     /* An earlier window's, come late: kept as it is. A later window's: replaces it. */
-    tb_limits_limit_until(&l, 0, 50 * MS, 10 * MS, 2 * MS);
+    CHECK(!tb_limits_limit_until(&l, 0, 50 * MS, 10 * MS, 2 * MS));
     CHECK(l.limited_left == 2 && l.limited_until == 105 * MS);
     tb_limits_limit_until(&l, 9, 300 * MS, 10 * MS, 2 * MS);
     CHECK(l.limited_left == 9 && l.limited_until == 300 * MS);
     /* One already over changes nothing; once a limit is over, the next replaces it whatever its end. */
-    tb_limits_limit_until(&l, 0, 2 * MS, 10 * MS, 2 * MS);
+    CHECK(!tb_limits_limit_until(&l, 0, 2 * MS, 10 * MS, 2 * MS));
     CHECK(l.limited_left == 9 && l.limited_until == 300 * MS);
     tb_limits_limit_until(&l, 4, 310 * MS, 10 * MS, 300 * MS);
     CHECK(l.limited_left == 4 && l.limited_until == 310 * MS);
