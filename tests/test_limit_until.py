@@ -129,12 +129,12 @@ def test_follow_reads_each_style_and_limits_until_the_reset(lib: SimpleNamespace
     assert abs(instants[2] - ns(5)) <= ns(1)  # the reset, from whole seconds (and a Date's) read at the wall clock
 
 
-def test_follow_counts_the_grants_since_the_request_and_the_quota_of_the_limiters_unit(lib: SimpleNamespace,
+def test_follow_counts_the_requests_in_flight_and_the_quota_of_the_limiters_unit(lib: SimpleNamespace,
                                                                                      vrun: Run[Any]) -> None:
     async def main() -> list[float]:
         seen = []
         limiter = lib.Limiter(1000, 1, burst=100)
-        limiter.follow({"X-RateLimit-Remaining": "10", "X-RateLimit-Reset": "60"}, granted_since=4)
+        limiter.follow({"X-RateLimit-Remaining": "10", "X-RateLimit-Reset": "60"}, in_flight=4)
         seen.append(limiter.tokens)
         tokens = lib.Limiter(1000, 1, burst=100)
         tokens.follow({"x-ratelimit-remaining-requests": "10", "x-ratelimit-reset-requests": "1m",
@@ -165,8 +165,8 @@ def test_what_follow_cannot_read_changes_nothing(lib: SimpleNamespace, vrun: Run
 @pytest.mark.parametrize("kwargs, error, name", [({"headers": None}, TypeError, "headers"),
                                                  ({"headers": "X-RateLimit-Remaining: 2"}, TypeError, "headers"),
                                                  ({"quota": "bytes"}, ValueError, "quota"),
-                                                 ({"granted_since": -1}, ValueError, "granted_since"),
-                                                 ({"granted_since": "1"}, TypeError, "granted_since")])
+                                                 ({"in_flight": -1}, ValueError, "in_flight"),
+                                                 ({"in_flight": "1"}, TypeError, "in_flight")])
 def test_follow_refuses_bad_arguments(lib: SimpleNamespace, vrun: Run[Any], kwargs: dict[str, Any],
                                       error: type[Exception], name: str) -> None:
     async def main() -> float:

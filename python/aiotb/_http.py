@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import weakref
 from typing import Any, Callable, TypeVar
 
 from . import _params
@@ -22,6 +23,8 @@ MAX_PAUSE = 300.0  # s: the longest pause a server may ask by default, aiohttp's
 log = logging.getLogger("aiotb.http")
 FOLLOWED = "limit_until, follow / alimit_until, afollow"  # the row of the table of stores that follow obeys
 _QUOTA_NAMED: dict[str, QuotaKind] = {quota: quota for quota in QUOTAS}
+_flying: weakref.WeakKeyDictionary[Limiter[Any], float] = weakref.WeakKeyDictionary()  # tokens of requests each
+                                                                                        # limiter let out, unanswered
 
 
 def amount(limiter: Limiter[Any], value: float | Callable[[RequestT], float]) -> float | Callable[[RequestT], float]:
@@ -66,21 +69,27 @@ def follow(limiter: Limiter[Any], value: object) -> QuotaKind | None:
     return None if refusal(FOLLOWED, "in process" if store is None else store.capabilities.kind) else quota
 
 
-def granted_tokens(limiter: Limiter[Any]) -> float:
-    """The tokens limiter granted so far (in this process): a request notes them as it is granted, so that
-    ``obey`` can tell those granted since."""
-    return limiter._stats()[1]
+def sent(limiter: Limiter[Any], tokens: float) -> None:
+    """A request of tokens set out through limiter: in flight until ``answered``."""
+    _flying[limiter] = _flying.get(limiter, 0.0) + tokens
 
 
-async def obey(limiter: Limiter[Any], headers: Headers, quota: QuotaKind | None, granted_before: float,
+def answered(limiter: Limiter[Any], tokens: float) -> float:
+    """A request of tokens came back (answered, or failed): the tokens of the others still in flight."""
+    left = max(0.0, _flying.get(limiter, 0.0) - tokens)
+    _flying[limiter] = left
+    return left
+
+
+async def obey(limiter: Limiter[Any], headers: Headers, quota: QuotaKind | None, in_flight: float,
                host: str | None) -> None:
-    """Follows what a response's headers say is left of the quota (none if quota is None), less the tokens
-    granted since its request was (granted_before: as it was granted). A store that cannot take it now (Redis
+    """Follows what a response's headers say is left of the quota (none if quota is None), less the tokens of
+    the other requests in flight, which the server may not have counted. A store that cannot take it now (Redis
     away) is logged as a warning: the response is the answer all the same."""
     if quota is None:
         return
     try:
-        await limiter.afollow(headers, quota=quota, granted_since=max(0.0, granted_tokens(limiter) - granted_before))
+        await limiter.afollow(headers, quota=quota, in_flight=in_flight)
     except StoreError as error:
         log.warning("the limit %s told could not be kept: %s", host or "a server", error)
 

@@ -323,17 +323,17 @@ class Limiter(Generic[StoreT], Bucket):
             self._settle()
 
     def follow(self: LocalLimiter, headers: Headers, *, quota: QuotaKind = "requests",
-               granted_since: float = 0) -> Signals:
+               in_flight: float = 0) -> Signals:
         """Obeys what a response's headers say is left of the server's quota: at most that many more grants
-        before its reset (``limit_until``), less ``granted_since``, the tokens granted since the response's
-        request was, which the server had not counted yet (the HTTP adapters pass it). ``quota``: the quota
+        before its reset (``limit_until``), less ``in_flight``, the tokens of the other requests sent and not
+        yet answered, which the server may not have counted yet (the HTTP adapters count them). ``quota``: the quota
         this limiter's amounts count, "requests", or "tokens", "input_tokens", "output_tokens" for a limiter
         whose amounts are a language model's tokens. Reads the IETF draft's ``RateLimit`` fields,
         ``X-RateLimit-*``, OpenAI's and Anthropic's (``aiotb._signals``); what it cannot read changes nothing,
         and nothing the headers hold raises. Returns what it read: its ``retry_after`` is the caller's to
         obey (``retry_after``), as a server sends it with a 429 or 503 only.
         ``limiter.follow(response.headers)``."""
-        signals, left, until = _quota_left(headers, quota, granted_since)
+        signals, left, until = _quota_left(headers, quota, in_flight)
         if until is not None:
             self.limit_until(left, until)
         return signals
@@ -378,10 +378,10 @@ class Limiter(Generic[StoreT], Bucket):
         now by the server's clock (one round trip)."""
         self._here().limit_until(tokens, when)
 
-    async def afollow(self, headers: Headers, *, quota: QuotaKind = "requests", granted_since: float = 0) -> Signals:
+    async def afollow(self, headers: Headers, *, quota: QuotaKind = "requests", in_flight: float = 0) -> Signals:
         """``follow`` over any store: over a RedisStore, for every client of the key (one round trip when the
         headers tell of the quota)."""
-        signals, left, until = _quota_left(headers, quota, granted_since)
+        signals, left, until = _quota_left(headers, quota, in_flight)
         if until is not None:
             await self.alimit_until(left, until)
         return signals
@@ -494,14 +494,14 @@ def _loop_now() -> float:
     return loop.time() if loop is not None else time.monotonic()
 
 
-def _quota_left(headers: Headers, quota: object, granted_since: object) -> tuple[Signals, float, float | None]:
-    """What headers say (read now), the tokens of quota left of it less granted_since, and the loop time of its
-    reset (None if they tell of neither); TypeError/ValueError for quota or granted_since."""
+def _quota_left(headers: Headers, quota: object, in_flight: object) -> tuple[Signals, float, float | None]:
+    """What headers say (read now), the tokens of quota left of it less in_flight, and the loop time of its
+    reset (None if they tell of neither); TypeError/ValueError for quota or in_flight."""
     if isinstance(headers, (str, bytes)) or not isinstance(headers, (Mapping, Iterable)):
         raise TypeError(f"headers must be a mapping of header names to values or (name, value) pairs, got {headers!r}")
     if quota not in QUOTAS:
         raise ValueError(f"quota must be one of {', '.join(map(repr, QUOTAS))}, got {quota!r}")
-    since = _params.non_negative("granted_since", granted_since)
+    since = _params.non_negative("in_flight", in_flight)
     signals = read_signals(headers, datetime.datetime.now(datetime.timezone.utc))
     told = getattr(signals, cast(str, quota))
     if told is None or told.reset_after is None:

@@ -106,7 +106,7 @@ class OnItsLoop:
         """Not here: the limit is in Redis; ``await limiter.alimit_until(tokens, when)``."""
         raise TypeError(_AWAIT.format(call="limit_until", twin="alimit_until(tokens, when)"))
 
-    def follow(self, headers: Headers, *, quota: QuotaKind = "requests", granted_since: float = 0) -> Signals:
+    def follow(self, headers: Headers, *, quota: QuotaKind = "requests", in_flight: float = 0) -> Signals:
         """Not here: the limit is in Redis; ``await limiter.afollow(headers)``."""
         raise TypeError(_AWAIT.format(call="follow", twin="afollow(headers)"))
 

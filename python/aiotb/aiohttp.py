@@ -62,12 +62,15 @@ def limiter_middleware(limiter: Limiter[Any], *, amount: float | Callable[[aioht
         while True:
             slot = limiter.slot(tokens)
             await slot.__aenter__()
-            granted_before = _http.granted_tokens(limiter) if quota is not None else 0.0
+            if quota is not None:
+                _http.sent(limiter, tokens)
             try:
                 response = await handler(request)
             except BaseException:
                 slot.release()
                 raise
+            finally:
+                in_flight = _http.answered(limiter, tokens) if quota is not None else 0.0
             # A response holds its connection until its body has been read or it is released or closed;
             # the connection calls back then (aiohttp's own total timeout ends the same way). No
             # connection: the body was read with the head, the response is complete.
@@ -76,7 +79,7 @@ def limiter_middleware(limiter: Limiter[Any], *, amount: float | Callable[[aioht
                 slot.release()
             else:
                 connection.add_callback(slot.release)
-            await _http.obey(limiter, response.raw_headers, quota, granted_before, request.url.host)
+            await _http.obey(limiter, response.raw_headers, quota, in_flight, request.url.host)
             paused = await _http.pause(limiter, response.status, response.headers.get("Retry-After"), longest,
                                        request.url.host)
             if not paused or not retries_left:

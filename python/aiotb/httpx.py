@@ -74,8 +74,8 @@ class LimitedTransport(httpx.AsyncBaseTransport):
         tokens = _http.tokens(self._amount, request)
         retries = self._retries
         while True:
-            response, granted_before = await self._send(request, tokens)
-            await _http.obey(self._limiter, response.headers.raw, self._follow, granted_before, request.url.host)
+            response, in_flight = await self._send(request, tokens)
+            await _http.obey(self._limiter, response.headers.raw, self._follow, in_flight, request.url.host)
             paused = await _http.pause(self._limiter, response.status_code, response.headers.get("Retry-After"),
                                        self._max_pause, request.url.host)
             if not paused or not retries:
@@ -87,22 +87,26 @@ class LimitedTransport(httpx.AsyncBaseTransport):
                 await response.aclose()
 
     async def _send(self, request: httpx.Request, tokens: float) -> tuple[httpx.Response, float]:
-        """One attempt: the response of ``request`` sent in a slot of ``tokens``, which it holds, and the tokens
-        the limiter had granted as it granted the slot."""
+        """One attempt: the response of ``request`` sent in a slot of ``tokens``, which it holds, and the tokens of
+        the other requests through the limiter in flight as it came (0 if the headers are not followed)."""
         slot = self._limiter.slot(tokens)
         await slot.__aenter__()
-        granted_before = _http.granted_tokens(self._limiter) if self._follow is not None else 0.0
+        following = self._follow is not None
+        if following:
+            _http.sent(self._limiter, tokens)
         try:
             response = await self._transport.handle_async_request(request)
         except BaseException:
             slot.release()
             raise
+        finally:
+            in_flight = _http.answered(self._limiter, tokens) if following else 0.0
         stream = response.stream
         if response.is_closed or not isinstance(stream, httpx.AsyncByteStream):
             slot.release()  # read and closed already (or a stream this client cannot close): nothing to hold
         else:
             response.stream = _HeldStream(stream, slot)
-        return response, granted_before
+        return response, in_flight
 
     async def aclose(self) -> None:
         """Closes the wrapped transport."""
