@@ -27,7 +27,6 @@ this file (--out to write elsewhere) and prints the same tables."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
@@ -42,6 +41,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))  # the suite's server, tests/http_server.py
 
 from http_server import RateLimitedServer, busiest
+
+import written
 
 SERVER_LIMIT = 100  # requests in any sliding second, counted on arrival
 TARGET_RATE_PCT = 97.0
@@ -351,11 +352,7 @@ def tables(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", type=Path, default=HERE / "http_clients")
-    parser.add_argument("--serve", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = written.arguments(__doc__ or "", HERE / "http_clients")
     if args.serve is not None:
         serve(json.loads(args.serve))
         return
@@ -377,13 +374,8 @@ def main() -> None:
             case = f"{limiter}, {client}"
             results["retry"][case] = measure_retry(client.split()[0], limiter, profile["retry_requests"])
             print(f"retry | {case}: {results['retry'][case]}", file=sys.stderr, flush=True)
-    report = tables(results)
-    print(report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "raw.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "RESULTS.md").write_text("# HTTP clients against a server that counts a sliding window\n\n"
-                                         f"Written by `python benchmarks/http_clients.py`"
-                                         f"{' --quick' if args.quick else ''}.\n\n" + report)
+    written.write(args, __file__, "HTTP clients against a server that counts a sliding window", results,
+                  tables(results))
 
 
 if __name__ == "__main__":

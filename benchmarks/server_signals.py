@@ -25,7 +25,6 @@ beside this file (--out to write elsewhere) and prints the same table."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import datetime
 import email.utils
@@ -39,6 +38,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import written  # noqa: E402  (beside this file)
 
 QUOTA, WINDOW, UNSEEN = 50, 10.0, 20  # the server's quota per fixed window (s), the unseen client's share of it
 LEFT = QUOTA - UNSEEN  # what is left to our client
@@ -169,7 +171,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = [f"{results['runs']} run(s) of {results['windows']} whole windows per style"
+    lines = [f"Python {results.get('python', '?')}; {results['runs']} run(s) of {results['windows']} whole windows per style"
              f"{' (a quick run: indicative only)' if results['profile'] == 'quick' else ''}; the server lets "
              f"{QUOTA} requests per {WINDOW:.0f} s window through, {UNSEEN} of them to a client we do not see; ours is "
              f"`Limiter({RATE}, 1)` through `aiotb.httpx.LimitedTransport`, {TASKS} tasks.", "",
@@ -194,29 +196,20 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", type=Path, default=HERE / "server_signals")
-    parser.add_argument("--serve", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = written.arguments(__doc__ or "", HERE / "server_signals")
     if args.serve is not None:
         serve(args.serve)
         return
     profile = PROFILES["quick" if args.quick else "full"]
-    results: dict[str, Any] = {"profile": "quick" if args.quick else "full", **profile, "styles": {}}
+    results: dict[str, Any] = {"profile": "quick" if args.quick else "full", **profile,
+                               "python": sys.version.split()[0], "styles": {}}
     for style in STYLES:
         runs = []
         for _ in range(profile["runs"]):
             runs.append(measure(style, profile["windows"]))
             print(f"{style}: {runs[-1]}", file=sys.stderr, flush=True)
         results["styles"][style] = runs
-    report = table(results)
-    print(report)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "raw.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "RESULTS.md").write_text("# Following the server's rate-limit headers\n\nWritten by "
-                                         f"`python benchmarks/server_signals.py{' --quick' if args.quick else ''}` "
-                                         f"(Python {sys.version.split()[0]}).\n\n" + report)
+    written.write(args, __file__, "Following the server's rate-limit headers", results, table(results))
 
 
 if __name__ == "__main__":
