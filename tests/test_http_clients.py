@@ -788,9 +788,10 @@ def test_aiohttp_follows_what_is_left_of_the_quota(lib, run):
     assert 0.9 <= took < 5.0  # the 4th once the server's window of 1 s is over (whole seconds: at most 1 s on)
 
 
-def test_a_store_that_keeps_no_limit_follows_nothing(lib, run, name):
+def test_a_store_that_keeps_no_limit_follows_nothing(lib, run, request):
     if lib.name != "c":
         pytest.skip("a SharedMemoryStore needs the C engine (tests/test_bad_input.py checks the twin refuses it)")
+    name = request.getfixturevalue("name")  # made (and removed) only where there is shared memory
 
     async def main() -> list[int]:
         limiter = lib.Limiter(100, 1, burst=10, store=lib.package.SharedMemoryStore(name))
