@@ -20,6 +20,8 @@ import contextlib
 import importlib
 import math
 import socket
+import sys
+import threading
 import time
 from types import ModuleType, SimpleNamespace
 from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
@@ -819,3 +821,26 @@ def test_bad_follow_is_refused(lib, follow):
     with pytest.raises(ValueError, match="follow"):
         integration(lib, "httpx").LimitedTransport(limiter, httpx.MockTransport(lambda request: httpx.Response(200)),
                                                    follow=follow)
+
+
+def test_requests_in_flight_are_counted_exactly_by_threads_sharing_a_limiter(lib: SimpleNamespace) -> None:
+    _http = importlib.import_module(f"{lib.package.__name__}._http")
+    limiter = lib.Limiter(10, 1)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between a count's read and its write, if they can
+
+    def requests() -> None:
+        for _ in range(20_000):
+            _http.sent(limiter, 1.0)
+            _http.answered(limiter, 1.0)
+
+    try:
+        threads = [threading.Thread(target=requests) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not any(thread.is_alive() for thread in threads)
+    assert _http.answered(limiter, 0.0) == 0.0  # every request sent was answered: none is left in flight

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import threading
 import weakref
 from typing import Any, Callable, TypeVar
 
@@ -25,6 +26,7 @@ FOLLOWED = "limit_until, follow / alimit_until, afollow"  # the row of the table
 _QUOTA_NAMED: dict[str, QuotaKind] = {quota: quota for quota in QUOTAS}
 _flying: weakref.WeakKeyDictionary[Limiter[Any], float] = weakref.WeakKeyDictionary()  # tokens of requests each
                                                                                         # limiter let out, unanswered
+_flying_lock = threading.Lock()  # loops in threads may share a limiter: each count is read and written under it
 
 
 def amount(limiter: Limiter[Any], value: float | Callable[[RequestT], float]) -> float | Callable[[RequestT], float]:
@@ -71,13 +73,14 @@ def follow(limiter: Limiter[Any], value: object) -> QuotaKind | None:
 
 def sent(limiter: Limiter[Any], tokens: float) -> None:
     """A request of tokens set out through limiter: in flight until ``answered``."""
-    _flying[limiter] = _flying.get(limiter, 0.0) + tokens
+    with _flying_lock:
+        _flying[limiter] = _flying.get(limiter, 0.0) + tokens
 
 
 def answered(limiter: Limiter[Any], tokens: float) -> float:
     """A request of tokens came back (answered, or failed): the tokens of the others still in flight."""
-    left = max(0.0, _flying.get(limiter, 0.0) - tokens)
-    _flying[limiter] = left
+    with _flying_lock:
+        left = _flying[limiter] = max(0.0, _flying.get(limiter, 0.0) - tokens)
     return left
 
 
