@@ -99,11 +99,34 @@ def test_an_outer_asyncio_timeout_is_not_taken_for_the_deadline(vrun: Run[None])
     vrun(main())
 
 
+def test_a_deadline_never_entered_cancels_nothing(vrun: Run[None]) -> None:
+    async def main() -> None:
+        Deadline(0.5)
+        await asyncio.sleep(1)  # would be cancelled at 0.5 if the deadline were watched from its making
+        assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+    vrun(main())
+
+
+def test_a_deadline_counts_from_its_making(vrun: Run[None]) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        deadline = Deadline(0.5)
+        await asyncio.sleep(0.2)
+        with pytest.raises(TimeoutError):
+            with deadline:
+                await asyncio.sleep(10)
+        assert loop.time() == pytest.approx(0.5, abs=1e-3)
+
+    vrun(main())
+
+
 def test_a_deadline_needs_a_task() -> None:
     loop = asyncio.new_event_loop()
     try:
         def outside() -> None:
-            Deadline(1.0)
+            with Deadline(1.0):
+                pass
 
         loop.call_soon(outside)
         errors: list[BaseException] = []

@@ -59,22 +59,24 @@ class Deadline:
     is cancelled, and the block raises TimeoutError instead (unless it was cancelled from elsewhere too, as
     ``asyncio.timeout`` decides). ``expired`` says whether it ended so."""
 
-    __slots__ = ("_watch", "_task", "_ticket", "_cancelling", "expired")
+    __slots__ = ("_loop", "_at", "_watch", "_task", "_ticket", "_cancelling", "expired")
 
     def __init__(self, seconds: float) -> None:
-        loop = asyncio.get_running_loop()
-        watch = _watches.get(loop)
-        if watch is None:
-            watch = _watches[loop] = _Watch()
-        task = asyncio.current_task(loop)
-        if task is None:
-            raise RuntimeError("a Deadline must be used in a task")
-        self._watch, self._task = watch, task
-        self._cancelling = task.cancelling()
-        self._ticket = watch.add(loop, loop.time() + seconds, task)
+        self._loop = loop = asyncio.get_running_loop()
+        self._at = loop.time() + seconds  # counted from now, as asyncio.timeout does; watched from __enter__
         self.expired = False
 
     def __enter__(self) -> Deadline:
+        loop = self._loop
+        task = asyncio.current_task(loop)
+        if task is None:
+            raise RuntimeError("a Deadline must be used in a task")
+        watch = _watches.get(loop)
+        if watch is None:
+            watch = _watches[loop] = _Watch()
+        self._watch, self._task = watch, task
+        self._cancelling = task.cancelling()
+        self._ticket = watch.add(loop, self._at, task)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
