@@ -543,6 +543,21 @@ def test_apause_until_pauses_every_client_for_what_is_left_of_it(run: Run[None],
     run(main())
 
 
+@pytest.mark.parametrize("call", ["apause_until", "alimit_until"])
+def test_an_instant_beyond_what_redis_keeps_exact_is_refused_as_given(run: Run[None], redis_url: str,
+                                                                      call: str) -> None:
+    async def main() -> None:
+        limiter = limiter_on(aiotb, redis_url, 10, 1)
+        when = asyncio.get_running_loop().time() + 100 * 86400.0  # 100 days: beyond 26, below 9 years
+        args = (when,) if call == "apause_until" else (3, when)
+        with pytest.raises(ValueError, match=rf"when must be at most \d+ s from now over a RedisStore, got {when!r}"):
+            await getattr(limiter, call)(*args)
+        assert await limiter.read_tokens() == 10
+        await closed(limiter, None)
+
+    run(main())
+
+
 def test_penalize_and_set_rate_reach_every_client(run: Run[None], redis_url: str) -> None:
     async def main() -> None:
         a = limiter_on(aiotb, redis_url, 1000, 1, burst=10)

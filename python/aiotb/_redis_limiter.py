@@ -180,7 +180,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         x = _params.non_negative("tokens", tokens)
         span = _params.loop_time("when", when) - self._check_loop().time()
         if span > 0:
-            await self._store_rates.limit(x, pause_ns(span, "when"), round(LIMIT_SLACK * 1e9))
+            await self._store_rates.limit(x, pause_ns(span, "when", when), round(LIMIT_SLACK * 1e9))
 
     @on_its_loop
     async def apenalize(self, seconds: float) -> None:

@@ -120,8 +120,9 @@ class OnItsLoop:
     async def apause_until(self, when: float) -> None:
         """Grants nothing, to any client of the key, before loop time ``when``: a pause of what is left of it
         from now, by the server's clock (one round trip; the trip's own time makes it end that much later)."""
-        span = _params.loop_time("when", when) - asyncio.get_running_loop().time()
-        await self.apenalize(max(0.0, span))
+        span = max(0.0, _params.loop_time("when", when) - asyncio.get_running_loop().time())
+        pause_ns(span, "when", when)  # errors name when, as given
+        await self.apenalize(span)
 
     def acquire_blocking(self, amount: float = 1, timeout: float | None = None) -> None:
         """Blocks the calling thread until ``amount`` tokens are granted, as ``acquire`` (same queue, same
@@ -176,13 +177,14 @@ class OnItsLoop:
         raise TypeError(_AWAIT.format(call="reserve", twin="areserve(amount)"))
 
 
-def pause_ns(seconds: float, name: str = "seconds") -> int:
-    """seconds (checked) as the ns of a pause (or a limit) in Redis; ValueError, naming name, beyond the longest one
-    the script keeps exact."""
-    span = _params.pause(name, seconds)
+def pause_ns(seconds: float, name: str = "seconds", shown: object = None) -> int:
+    """seconds (checked) as the ns of a pause (or a limit) in Redis; ValueError, naming name and showing shown (by
+    default seconds: the value the caller gave), beyond the longest one the script keeps exact."""
+    given = seconds if shown is None else shown
+    span = _params.pause(name, given, _params.non_negative(name, seconds))
     if span * 1e9 > MAX_PAUSE_NS:
         raise ValueError(f"{name} must be at most {MAX_PAUSE_NS / 1e9:.0f} s from now over a RedisStore, got "
-                         f"{seconds!r}")
+                         f"{given!r}")
     return round(span * 1e9)
 
 
