@@ -1,5 +1,6 @@
 """aiotb: an exact, fair, cancellation-safe rate limiter for asyncio, with a C token-bucket engine."""
 
+from ._adaptive import AdaptiveLimiter
 from ._core import IMPLEMENTATION
 from ._keyed import KeyedLimiter
 from ._lease_limiter import RedisLeaseLimiter
@@ -19,7 +20,7 @@ except RuntimeError:  # no C engine, or no shared memory: Limiter(..., store=Sha
 else:
     from . import _shared  # noqa: F401  (the limiter over a SharedMemoryStore enters itself)
 
-__all__ = ["AsyncLimiter", "BaseReservation", "IMPLEMENTATION", "KeyedLimiter", "LimitDecorator", "Limiter", "LimiterStats",
+__all__ = ["AdaptiveLimiter", "AsyncLimiter", "BaseReservation", "IMPLEMENTATION", "KeyedLimiter", "LimitDecorator", "Limiter", "LimiterStats",
            "Quota", "RedisLeaseLimiter", "RedisLimiter", "RedisReservation", "RedisStore", "Reservation", "SharedMemoryStore", "Signals", "Slot", "StoreCorrupt",
            "StoreError", "StoreUnavailable", "WindowLimiter"]
 __version__ = "0.1.0"

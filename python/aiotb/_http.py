@@ -11,6 +11,7 @@ import weakref
 from typing import Any, Callable, TypeVar
 
 from . import _params
+from ._adaptive import AdaptiveLimiter
 from ._capabilities import refusal
 from ._limiter import Limiter
 from ._signals import QUOTAS, Headers, QuotaKind
@@ -82,6 +83,13 @@ def answered(limiter: Limiter[Any], tokens: float) -> float:
     with _flying_lock:
         left = _flying[limiter] = max(0.0, _flying.get(limiter, 0.0) - tokens)
     return left
+
+
+def observe(limiter: Limiter[Any], status: int, sent_at: float, tokens: float) -> None:
+    """Feeds an AdaptiveLimiter's rule with a response's status (its request sent at loop time sent_at);
+    other limiters take nothing from it."""
+    if isinstance(limiter, AdaptiveLimiter):
+        limiter.observe(status, sent_at=sent_at, amount=tokens)
 
 
 async def obey(limiter: Limiter[Any], headers: Headers, quota: QuotaKind | None, in_flight: float,

@@ -8,6 +8,7 @@ is sent again. Needs aiohttp 3.12 or later, for client middlewares (``pip instal
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable
 
 import aiohttp
@@ -48,7 +49,8 @@ def limiter_middleware(limiter: Limiter[Any], *, amount: float | Callable[[aioht
     whose amounts count a language model's tokens) limits the limiter until the quota resets, for every
     task (and over a RedisStore, every client of its key), less what it granted since the request was
     (``Limiter.follow``); None follows nothing. Over a store that keeps no such limit (a
-    SharedMemoryStore, a leased RedisStore) nothing is followed.
+    SharedMemoryStore, a leased RedisStore) nothing is followed. An ``AdaptiveLimiter`` is fed every
+    response's status (``AdaptiveLimiter.observe``): a 429 or 503 cuts its rate, a success lets it grow.
 
     Put it first in ``middlewares`` so that the middlewares after it run once per attempt."""
     tokens_of = _http.amount(limiter, amount)
@@ -62,6 +64,7 @@ def limiter_middleware(limiter: Limiter[Any], *, amount: float | Callable[[aioht
         while True:
             slot = limiter.slot(tokens)
             await slot.__aenter__()
+            sent_at = asyncio.get_running_loop().time()
             if quota is not None:
                 _http.sent(limiter, tokens)
             try:
@@ -79,6 +82,7 @@ def limiter_middleware(limiter: Limiter[Any], *, amount: float | Callable[[aioht
                 slot.release()
             else:
                 connection.add_callback(slot.release)
+            _http.observe(limiter, response.status, sent_at, tokens)
             await _http.obey(limiter, response.raw_headers, quota, in_flight, request.url.host)
             paused = await _http.pause(limiter, response.status, response.headers.get("Retry-After"), longest,
                                        request.url.host)

@@ -8,6 +8,7 @@ httpx (``pip install aiotb[httpx]``)."""
 
 from __future__ import annotations
 
+import asyncio
 from types import TracebackType
 from typing import Any, AsyncIterator, Callable
 
@@ -47,7 +48,8 @@ class LimitedTransport(httpx.AsyncBaseTransport):
     whose amounts count a language model's tokens) limits the limiter until the quota resets, for every
     task (and over a RedisStore, every client of its key), less what it granted since the request was
     (``Limiter.follow``); None follows nothing. Over a store that keeps no such limit (a
-    SharedMemoryStore, a leased RedisStore) nothing is followed."""
+    SharedMemoryStore, a leased RedisStore) nothing is followed. An ``AdaptiveLimiter`` is fed every
+    response's status (``AdaptiveLimiter.observe``): a 429 or 503 cuts its rate, a success lets it grow."""
 
     def __init__(self, limiter: Limiter[Any], transport: httpx.AsyncBaseTransport | None = None, *,
                  amount: float | Callable[[httpx.Request], float] = 1, retries: int = 3,
@@ -74,7 +76,8 @@ class LimitedTransport(httpx.AsyncBaseTransport):
         tokens = _http.tokens(self._amount, request)
         retries = self._retries
         while True:
-            response, in_flight = await self._send(request, tokens)
+            response, sent_at, in_flight = await self._send(request, tokens)
+            _http.observe(self._limiter, response.status_code, sent_at, tokens)
             await _http.obey(self._limiter, response.headers.raw, self._follow, in_flight, request.url.host)
             paused = await _http.pause(self._limiter, response.status_code, response.headers.get("Retry-After"),
                                        self._max_pause, request.url.host)
@@ -86,11 +89,13 @@ class LimitedTransport(httpx.AsyncBaseTransport):
             finally:
                 await response.aclose()
 
-    async def _send(self, request: httpx.Request, tokens: float) -> tuple[httpx.Response, float]:
-        """One attempt: the response of ``request`` sent in a slot of ``tokens``, which it holds, and the tokens of
-        the other requests through the limiter in flight as it came (0 if the headers are not followed)."""
+    async def _send(self, request: httpx.Request, tokens: float) -> tuple[httpx.Response, float, float]:
+        """One attempt: the response of ``request`` sent in a slot of ``tokens``, which it holds, the loop time it
+        was sent at, and the tokens of the other requests through the limiter in flight as it came (0 if the
+        headers are not followed)."""
         slot = self._limiter.slot(tokens)
         await slot.__aenter__()
+        sent_at = asyncio.get_running_loop().time()
         following = self._follow is not None
         if following:
             _http.sent(self._limiter, tokens)
@@ -106,7 +111,7 @@ class LimitedTransport(httpx.AsyncBaseTransport):
             slot.release()  # read and closed already (or a stream this client cannot close): nothing to hold
         else:
             response.stream = _HeldStream(stream, slot)
-        return response, in_flight
+        return response, sent_at, in_flight
 
     async def aclose(self) -> None:
         """Closes the wrapped transport."""
