@@ -89,27 +89,25 @@ def test_a_cut_keeps_most_of_what_the_server_served_in_the_last_period(lib: Simp
     assert seen[12] == pytest.approx(25.6)
 
 
-def test_successes_grow_the_rate_while_it_holds_requests_back(lib: SimpleNamespace,
-                                                              vrun: Run[list[float]]) -> None:
+def test_successes_grow_the_rate_half_way_back_then_probe_beyond(lib: SimpleNamespace,
+                                                                 vrun: Run[list[float]]) -> None:
     async def main() -> list[float]:
+        loop = asyncio.get_running_loop()
         limiter = adaptive(lib, 100, 1, min_rate=10, burst=1, increase=8, decrease=0.5)
         limiter.observe(429, sent_at=0.0)  # 50
+        await asyncio.sleep(0.1)
+        limiter.observe(429, sent_at=loop.time())  # 25: 50 is known too high
         await limiter.acquire()  # the one token of its burst: the rate now holds requests back
         seen = [limiter.max_rate]
-        for _ in range(50):  # a period's worth at 50/s: adds about 8
-            limiter.observe(200, sent_at=0.0)
-        seen.append(limiter.max_rate)
         for _ in range(2000):
-            limiter.observe(204, sent_at=0.0)
-        seen.append(limiter.max_rate)
+            limiter.observe(200, sent_at=loop.time())
+            if limiter.max_rate != seen[-1]:
+                seen.append(limiter.max_rate)
         return seen
 
-    start, grown, most = vrun(main())
-    assert start == 50
-    # each success adds 8 / the rate then (between 50 and grown), applied in steps of 1 %: at most a step's worth
-    # of it is still to be applied
-    assert 50 + 50 * 8 / grown - 0.01 * grown <= grown <= 50 + 50 * 8 / 50
-    assert most == 100  # no higher than max_rate
+    # a step per period's worth of successes (25, 38, 46 ...): half way to 50, at least 8; beyond 50 steps of
+    # 8, 16, 32; no higher than max_rate
+    assert vrun(main()) == pytest.approx([25, 37.5, 45.5, 53.5, 61.5, 77.5, 100])
 
 
 def test_a_rate_that_holds_nothing_back_does_not_grow(lib: SimpleNamespace, vrun: Run[list[float]]) -> None:

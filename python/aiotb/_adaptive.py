@@ -1,9 +1,12 @@
 """AdaptiveLimiter: a rate found by trying, for a server that says nothing of its quota but "429".
 
-The rule is additive increase, multiplicative decrease (AIMD), as TCP finds a path's capacity: each 429 or
-503 answered to a request sent after the last cut multiplies the rate by ``decrease`` (the responses to the
-requests of one round, sent before the cut, make one cut between them), and each other response to a
-request sent while the rate held it back adds ``increase`` per period's worth of them. The rate stays within
+The rule is additive increase, multiplicative decrease, as TCP finds a path's capacity. A 429 or 503 to a
+request sent after the last cut multiplies the rate by ``decrease``; the other answers of that round (requests
+sent before the cut) cut nothing more. The rate it was cut from is the last one known too high. Each period's
+worth of other answers (as many tokens as the rate, of requests sent while the rate held them back) adds one
+step: below the rate known too high, half the way to it (at least ``increase``), so that the rate spends
+its time just under the quota; above it, ``increase``, doubled with each step, so that a quota that has risen
+is found in a few periods (BIC's search, as TCP BIC grows a window). The rate stays within
 ``[min_rate, max_rate]``.
 
 A server that counts over a window remembers the requests of the rate before a cut for as long as its
@@ -21,7 +24,6 @@ from . import _params
 from ._limiter import Limiter, _loop_now
 
 CONGESTED = frozenset({429, 503})  # Too Many Requests, Service Unavailable: the server's "slower"
-STEP = 0.01  # the rate grows in steps of at least 1 % of itself: a change of rate re-times every waiter
 
 
 class AdaptiveLimiter(Limiter[None]):
@@ -32,9 +34,10 @@ class AdaptiveLimiter(Limiter[None]):
     (the HTTP adapters of ``aiotb.httpx`` and ``aiotb.aiohttp`` feed it every response): a 429 or 503
     to a request sent after the last cut multiplies the rate by ``decrease`` (default 0.8), at most down
     to ``min_rate``; the other answers of that round (requests sent before the cut) cut nothing more.
-    Each other response under 500 to a request sent while the rate held it back (a waiter queued, or
-    fewer tokens than its amount left) adds ``increase`` (default: max_rate / 100) per period's worth
-    of them (as many tokens as the rate), in steps of at least 1 % of the rate, at most up to ``max_rate``. A 500 or
+    Each period's worth (as many tokens as the rate) of other responses under 500, to requests sent while
+    the rate held them back (a waiter queued, or fewer tokens than the amount left), adds a step: half
+    the way to the rate of the last cut while below it (at least ``increase``, default max_rate / 200),
+    and above it ``increase``, doubled at each step, at most up to ``max_rate``. A 500 or
     another 5xx says nothing of the rate, and changes nothing. What the server's headers say is
     followed as by any Limiter (``follow``).
 
@@ -45,7 +48,8 @@ class AdaptiveLimiter(Limiter[None]):
     ``limiter.max_rate`` and ``limiter.rate`` are the rate now; ``limiter.bounds`` is
     (min_rate, max_rate) as given."""
 
-    __slots__ = ("_bounds", "_decrease", "_increase", "_grown", "_cut_at", "_cuts", "_served", "_served_tokens")
+    __slots__ = ("_bounds", "_decrease", "_increase", "_earned", "_too_high", "_probe", "_cut_at", "_cuts", "_served",
+                 "_served_tokens")
 
     def __init__(self, max_rate: float, time_period: float = 1, *, min_rate: float, burst: float | None = None,
                  fair: bool = True, decrease: float = 0.8, increase: float | None = None) -> None:
@@ -56,7 +60,7 @@ class AdaptiveLimiter(Limiter[None]):
         cut = _params.real("decrease", decrease)
         if not 0 < cut < 1:
             raise ValueError(f"decrease must be above 0 and below 1, got {decrease!r}")
-        step = most / 100 if increase is None else _params.positive("increase", increase)
+        step = most / 200 if increase is None else _params.positive("increase", increase)
         if not math.isfinite(step):
             raise ValueError(f"increase must be finite, got {increase!r}")
         size = max(1.0, least * _params.positive("time_period", time_period)) if burst is None else burst
@@ -64,7 +68,9 @@ class AdaptiveLimiter(Limiter[None]):
         self._bounds = (least, most)
         self._decrease = cut
         self._increase = step
-        self._grown = 0.0  # the growth earned and not yet applied (below a step)
+        self._earned = 0.0  # the share of a period's worth of answers since the last step
+        self._too_high = most  # the rate of the last cut: known too high (at first, the most)
+        self._probe = step  # the next step above it
         self._cut_at = -math.inf  # loop time of the last cut
         self._cuts = 0
         self._served: collections.deque[tuple[float, float]] = collections.deque()  # (loop time, tokens) of the
@@ -117,26 +123,34 @@ class AdaptiveLimiter(Limiter[None]):
 
     def _cut(self) -> None:
         """Multiplies the rate by decrease, not below decrease times what the server served in the last
-        period, nor min_rate; the round ends now."""
+        period, nor min_rate; the round ends now, and the rate cut from is known too high."""
         least, _ = self._bounds
         self._cut_at = _loop_now()
         self._cuts += 1
-        self._grown = 0.0
-        rate = self.max_rate
+        self._earned = 0.0
+        rate = self._too_high = self.max_rate
+        self._probe = self._increase
         cut = max(least, self._decrease * rate, min(rate, self._decrease * self._served_lately()))
         if cut < rate:
             self.set_rate(cut)
 
     def _grow(self, tokens: float) -> None:
-        """Adds increase per period's worth (the rate's) of tokens answered, once a step's worth is earned."""
+        """Adds a step per period's worth (the rate's) of tokens answered: half the way to the rate known too
+        high below it (at least increase), the probe above it (doubled at each step)."""
         _, most = self._bounds
         rate = self.max_rate
         if rate >= most:
             return
-        self._grown += self._increase * tokens / rate
-        if self._grown >= STEP * rate or rate + self._grown >= most:
-            self.set_rate(min(most, rate + self._grown))
-            self._grown = 0.0
+        self._earned += tokens / rate
+        if self._earned < 1:
+            return
+        self._earned = 0.0
+        if rate < self._too_high:
+            step = max(self._increase, (self._too_high - rate) / 2)
+        else:
+            step = self._probe
+            self._probe *= 2
+        self.set_rate(min(most, rate + step))
 
     def __repr__(self) -> str:
         least, most = self._bounds
