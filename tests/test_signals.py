@@ -31,6 +31,22 @@ def test_anything_read_makes_the_result_truthy():
     assert read_signals({"X-RateLimit-Remaining": "0"}, NOW)
 
 
+def test_the_local_clock_is_read_only_for_an_absolute_instant_without_the_servers_date():
+    calls: list[int] = []
+
+    def clock() -> datetime.datetime:
+        calls.append(1)
+        return NOW
+
+    assert read_signals({"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": "30"}, clock).requests == Quota(3, 30, None)
+    assert read_signals({"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": str(EPOCH_NOW + 30),
+                         "Date": "Sat, 28 Nov 2026 11:59:00 GMT"}, clock).requests == Quota(3, 90, None)
+    assert calls == []
+    assert read_signals({"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": str(EPOCH_NOW + 30)},
+                        clock).requests == Quota(3, 30, None)
+    assert calls == [1]
+
+
 def test_github_epoch_reset():
     headers = {"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "4987", "X-RateLimit-Used": "13",
                "X-RateLimit-Reset": str(EPOCH_NOW + 1800), "X-RateLimit-Resource": "core"}

@@ -494,6 +494,11 @@ def _loop_now() -> float:
     return loop.time() if loop is not None else time.monotonic()
 
 
+def _wall_now() -> datetime.datetime:
+    """This host's wall clock, timezone-aware: what an absolute instant is read against without a server's Date."""
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
 def _quota_left(headers: Headers, quota: object, in_flight: object) -> tuple[Signals, float, float | None]:
     """What headers say (read now), the tokens of quota left of it less in_flight, and the loop time of its
     reset (None if they tell of neither); TypeError/ValueError for quota or in_flight."""
@@ -502,7 +507,7 @@ def _quota_left(headers: Headers, quota: object, in_flight: object) -> tuple[Sig
     if quota not in QUOTAS:
         raise ValueError(f"quota must be one of {', '.join(map(repr, QUOTAS))}, got {quota!r}")
     since = _params.non_negative("in_flight", in_flight)
-    signals = read_signals(headers, datetime.datetime.now(datetime.timezone.utc))
+    signals = read_signals(headers, _wall_now)
     told = getattr(signals, cast(str, quota))
     if told is None or told.reset_after is None:
         return signals, 0.0, None

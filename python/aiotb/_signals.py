@@ -66,29 +66,35 @@ class Signals:
         return self != Signals()
 
 
-def _text(data: str | bytes) -> str:
-    """A header name or value as text: bytes decoded as latin-1, as HTTP/1.1 carries them."""
-    return data.decode("latin-1") if isinstance(data, bytes) else data
-
-
 def _fields(headers: Headers) -> dict[str, list[str]]:
     """The values, in order, of each field read here (``_READ``), by lower-case name; an entry that is no (name,
     value) of text skipped. Every other field costs a lower-casing only (of its bytes, as a client's raw headers
     hold them: no decoding): most responses hold none of these."""
     pairs: Iterable[object] = headers.items() if isinstance(headers, Mapping) else headers
     fields: dict[str, list[str]] = {}
+    read, read_bytes = _READ, _READ_BYTES
     for pair in pairs:
         if type(pair) is not tuple or len(pair) != 2:
             continue
         name, value = pair
-        if isinstance(name, bytes):
-            key = _READ_BYTES.get(name.strip().lower())
+        if type(name) is bytes:
+            key = read_bytes.get(name.strip().lower())
         elif isinstance(name, str):
             key = name.strip().lower()
         else:
             continue
-        if key in _READ and isinstance(value, (str, bytes)):
-            fields.setdefault(key, []).append(_text(value).strip())
+        if key in read:
+            if isinstance(value, bytes):
+                text = value.decode("latin-1").strip()
+            elif isinstance(value, str):
+                text = value.strip()
+            else:
+                continue
+            known = fields.get(key)
+            if known is None:
+                fields[key] = [text]
+            else:
+                known.append(text)
     return fields
 
 
@@ -106,6 +112,9 @@ def _number(text: str | None, most: float = MOST) -> float | None:
     malformed or above most."""
     if text is None:
         return None
+    if text.isdigit() and text.isascii():  # the common case: a whole number alone
+        value = float(text)
+        return value if value <= most else None
     first = text.split(",", 1)[0].split(";", 1)[0].strip()
     if not _NUMBER.fullmatch(first):
         return None
@@ -156,15 +165,15 @@ def _instant(text: str | None, server_now: ServerNow) -> float | None:
     return _wait((when - server_now()).total_seconds()) if when.tzinfo is not None else None
 
 
-def _server_now(fields: dict[str, list[str]], now: datetime.datetime) -> datetime.datetime:
-    """The server's clock as its Date field tells it, else now."""
+def _server_date(fields: dict[str, list[str]]) -> datetime.datetime | None:
+    """The server's clock as its Date field tells it; None without a readable one."""
     text = _first(fields, "date")
     if text is None:
-        return now
+        return None
     try:
         date = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError, OverflowError):
-        return now
+        return None
     return date if date.tzinfo is not None else date.replace(tzinfo=datetime.timezone.utc)
 
 
@@ -206,6 +215,8 @@ def _items(field: str) -> list[tuple[str, dict[str, str]]]:
 
 def _tightest(quotas: list[Quota]) -> Quota | None:
     """The most restrictive quota: the least remaining, the later reset breaking a tie; None if none."""
+    if len(quotas) < 2:
+        return quotas[0] if quotas else None
     return min(quotas, key=lambda quota: (quota.remaining, -(quota.reset_after or 0.0)), default=None)
 
 
@@ -238,34 +249,46 @@ _STYLES: list[tuple[str, str, str, str, ResetReader]] = [
 
 _READ = frozenset({"ratelimit", "ratelimit-policy", "retry-after", "date",
                    *(field for _, *names, _ in _STYLES for field in names)})  # every field read here, lower-case
+# a style's remaining field: (kind, its reset field, its limit field, how its reset reads)
+_REMAINING = {remaining: (kind, reset, limit, read) for kind, remaining, reset, limit, read in _STYLES}
 _READ_BYTES = {name.encode("latin-1"): name for name in _READ}
 _NOTHING = Signals()
 
 
-def read_signals(headers: Headers, now: datetime.datetime) -> Signals:
+def read_signals(headers: Headers, now: datetime.datetime | Callable[[], datetime.datetime]) -> Signals:
     """What a response's headers say of the server's limits, in seconds from now, the local wall clock
-    (timezone-aware, or ValueError). Raises nothing for anything the headers hold."""
-    if now.tzinfo is None or now.utcoffset() is None:
+    (timezone-aware, or ValueError), or the function that reads it (called only if an absolute instant is
+    read without the server's Date). Raises nothing for anything the headers hold."""
+    if not callable(now) and (now.tzinfo is None or now.utcoffset() is None):
         raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
     fields = _fields(headers)
-    if not fields.keys() - {"date"}:
+    if not fields or len(fields) == 1 and "date" in fields:
         return _NOTHING
     known: list[datetime.datetime] = []
 
     def server_now() -> datetime.datetime:
         if not known:
-            known.append(_server_now(fields, now))
+            date = _server_date(fields)
+            known.append(date if date is not None else now() if callable(now) else now)
         return known[0]
 
-    found: dict[str, list[Quota]] = {kind: [] for kind in _ANTHROPIC_KINDS}
+    found: dict[str, list[Quota]] = {}
     draft = _draft(fields, server_now) if "ratelimit" in fields else None
     if draft is not None:
-        found["requests"].append(draft)
-    for kind, remaining_field, reset_field, limit_field, read_reset in _STYLES:
-        remaining = _number(_first(fields, remaining_field)) if remaining_field in fields else None
+        found["requests"] = [draft]
+    for field, values in fields.items():
+        style = _REMAINING.get(field)
+        if style is None:
+            continue
+        remaining = _number(values[0])
         if remaining is not None:
-            found[kind].append(Quota(remaining, read_reset(_first(fields, reset_field), server_now),
-                                     _number(_first(fields, limit_field))))
-    return Signals(requests=_tightest(found["requests"]), tokens=_tightest(found["tokens"]),
-                   input_tokens=_tightest(found["input_tokens"]), output_tokens=_tightest(found["output_tokens"]),
-                   retry_after=_retry_after(_first(fields, "retry-after"), server_now))
+            kind, reset_field, limit_field, read_reset = style
+            found.setdefault(kind, []).append(Quota(remaining, read_reset(_first(fields, reset_field), server_now),
+                                                    _number(_first(fields, limit_field))))
+    retry = fields.get("retry-after")
+    if not found:
+        return Signals(retry_after=_retry_after(retry[0], server_now)) if retry else _NOTHING
+    return Signals(requests=_tightest(found.get("requests", [])), tokens=_tightest(found.get("tokens", [])),
+                   input_tokens=_tightest(found.get("input_tokens", [])),
+                   output_tokens=_tightest(found.get("output_tokens", [])),
+                   retry_after=_retry_after(retry[0], server_now) if retry else None)
