@@ -502,7 +502,8 @@ def _wall_now() -> datetime.datetime:
 def _quota_left(headers: Headers, quota: object, in_flight: object) -> tuple[Signals, float, float | None]:
     """What headers say (read now), the tokens of quota left of it less in_flight, and the loop time of its
     reset (None if they tell of neither); TypeError/ValueError for quota or in_flight."""
-    if isinstance(headers, (str, bytes)) or not isinstance(headers, (Mapping, Iterable)):
+    if type(headers) not in (list, dict) and (isinstance(headers, (str, bytes))
+                                              or not isinstance(headers, (Mapping, Iterable))):
         raise TypeError(f"headers must be a mapping of header names to values or (name, value) pairs, got {headers!r}")
     if quota not in QUOTAS:
         raise ValueError(f"quota must be one of {', '.join(map(repr, QUOTAS))}, got {quota!r}")
