@@ -296,3 +296,23 @@ def test_debts_that_would_add_up_past_the_engine_range_are_refused(lib: SimpleNa
         return [limiter.tokens, limiter.stats().granted_tokens]
 
     assert vrun(main()) == [0, 2e8]
+
+
+def test_a_debt_fails_the_waiters_it_strands_past_their_timeout(lib: SimpleNamespace, vrun: Run[Any]) -> None:
+    async def main() -> tuple[str, int, int]:
+        loop = asyncio.get_running_loop()
+        limiter = lib.Limiter(10, 1, burst=10)
+        await limiter.acquire(10)
+        timed = asyncio.ensure_future(limiter.acquire(1, timeout=0.5))  # due at 0.1 s, within its timeout
+        patient = asyncio.ensure_future(limiter.acquire(1))
+        await asyncio.sleep(0)
+        limiter.settle(10, 15)  # due at 0.6 s now: past the timeout
+        with pytest.raises(TimeoutError) as failed:
+            await timed
+        when_failed = ns(loop.time())
+        await patient
+        return str(failed.value), when_failed, ns(loop.time())
+
+    message, when_failed, granted = vrun(main())
+    assert "within its timeout" in message and when_failed == 0
+    assert granted == ns(0.6)  # the failed waiter's place given up: the next one is due after the debt alone
