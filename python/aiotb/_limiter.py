@@ -516,7 +516,8 @@ class Limiter(Generic[StoreT], Bucket):
             raise ValueError(f"taken must not exceed burst ({self.burst!r}), the most a grant takes, got {taken!r}")
         y = _params.non_negative("used", used)
         self._settle_cost(x, y, held)
-        self._settle()
+        if self.waiting:  # with no one queued, there is no one to re-time or fail
+            self._settle()
 
     def _settle(self) -> None:
         """After a change of the limits: fail the waiters it strands, re-time the rest."""
