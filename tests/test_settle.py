@@ -316,3 +316,21 @@ def test_a_debt_fails_the_waiters_it_strands_past_their_timeout(lib: SimpleNames
     message, when_failed, granted = vrun(main())
     assert "within its timeout" in message and when_failed == 0
     assert granted == ns(0.6)  # the failed waiter's place given up: the next one is due after the debt alone
+
+
+def test_on_a_real_loop_a_waiter_is_not_granted_before_its_debt_is_paid(lib: SimpleNamespace, run: Run[Any]) -> None:
+    """The timer of a real loop (the precise one, for a bucket this fast) aimed before a debt the dispatcher was not
+    told of fires early, and the waiter is granted only once the debt is refilled."""
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        limiter = lib.Limiter(100, 1, burst=1)  # a token every 10 ms
+        await limiter.acquire()
+        start = loop.time()
+        waiter = asyncio.ensure_future(limiter.acquire())  # due 10 ms from the grant
+        await asyncio.sleep(0)
+        limiter._settle_cost(1.0, 4.0, False)  # 30 ms of debt, the timer left where it was
+        await waiter
+        return loop.time() - start
+
+    assert run(main()) >= 0.04 - 0.001  # the clock read just after the grant: up to a ms of it passed before
