@@ -360,9 +360,10 @@ class Limiter(Generic[StoreT], Bucket):
         grant of ``used`` would have (never fuller than full). More: the difference is taken now, whether or
         not it fits, as debt that delays every later grant: each rate takes it, a window counts it from now,
         and a ``limit_until`` count loses it (never below 0; a refund gives it nothing back). Queued waiters
-        are re-timed, and those it strands past their timeout are failed. Over a limiter that a grant of
-        ``taken`` never came from, the state it leaves is the limiter's, not the grant's: call it once per
-        grant. ``async with limiter.slot(estimate) as slot: ...; slot.settle(real)`` settles a slot's."""
+        are re-timed, and those it strands past their timeout are failed. The limiter keeps no record of its
+        grants: settle each once, with the amount it was acquired with. A refund that comes after later grants
+        is exact only if none of them found a rate full; it may give back up to the difference more.
+        ``async with limiter.slot(estimate) as slot: ...; slot.settle(real)`` settles a slot's."""
         self._settle_grant(taken, used, False)
 
     def retry_after(self: LocalLimiter, value: str | bytes | float) -> float:
