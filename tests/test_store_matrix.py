@@ -144,6 +144,10 @@ def steps(feature: str, cell: Cell) -> list[Step]:
     if feature == "limit_until, follow / alimit_until, afollow":
         local = [] if remote else [lambda: limited_now(cell.limiter()), lambda: followed_now(cell.limiter())]
         return [*local, lambda: limited(cell.limiter()), lambda: followed(cell.limiter())]
+    if feature == "settle / asettle":
+        slow = lambda: cell.make(lib.Limiter, 30, 60)  # noqa: E731  # 30 at once, half a token a second
+        local = [] if remote else [lambda: settled_now(slow())]
+        return [*local, lambda: settled(slow()), lambda: slot_settled(slow())]
     if feature == "reserve / areserve":
         return [lambda: reserved(cell.limiter(), remote)]
     if feature == "threads: acquire_blocking, with limiter":
@@ -177,6 +181,27 @@ async def limited(limiter: Any) -> bool:
 
 async def followed(limiter: Any) -> bool:
     return bool((await limiter.afollow(QUOTA_LEFT)).requests.remaining == 2 and await limiter.read_tokens() == 2)
+
+
+async def settled_now(limiter: Any) -> bool:
+    await limiter.acquire(3)
+    before = limiter.tokens
+    limiter.settle(3, 1)
+    return bool(abs(limiter.tokens - before - 2) < 0.01)
+
+
+async def settled(limiter: Any) -> bool:
+    await limiter.acquire(3)
+    before = await limiter.read_tokens()
+    await limiter.asettle(3, 1)
+    return bool(abs(await limiter.read_tokens() - before - 2) < 0.01)
+
+
+async def slot_settled(limiter: Any) -> bool:
+    async with limiter.slot(3) as slot:
+        before = await limiter.read_tokens()
+        slot.settle(1)
+        return bool(abs(await limiter.read_tokens() - before - 2) < 0.01)
 
 
 async def done(awaitable: Awaitable[None]) -> bool:

@@ -440,6 +440,15 @@ class Bucket:
         self._core.refund(x, self._configured_now())
 
     @_locked
+    def _settle_cost(self, taken: float, used: float, held: bool) -> None:
+        """A grant of taken tokens cost used, as Bucket.settle says (held: a window holds it); floats checked by
+        the caller. ValueError, changing nothing, for a debt beyond the engine's range."""
+        x, y = _double(taken), _double(used)
+        if self._core.settle(x, y, bool(held), self._configured_now()) != OK:
+            raise ValueError(f"used is beyond the engine's range: {used!r} tokens where {taken!r} were taken "
+                             f"would leave a rate empty for more than {MAX_SPAN // 10**9} s")
+
+    @_locked
     def _reckon_late(self, amount: float) -> None:
         """Grants of amount, taken earlier, are used only now: the refill they waited through that a rate could
         not have held beside them is spent."""

@@ -175,6 +175,9 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         """Not here: the rates are the key's, split among its holders."""
         raise refused("set_rate / aset_rate", "RedisStore(lease=)")
 
+    def _settle_cost(self, taken: float, used: float, held: bool) -> None:
+        raise refused("settle / asettle", "RedisStore(lease=)")
+
     async def alimit_until(self, tokens: float, when: float) -> None:
         """Not over a leased RedisStore (see the README's table of stores)."""
         raise refused("limit_until, follow / alimit_until, afollow", "RedisStore(lease=)")

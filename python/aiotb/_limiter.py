@@ -80,23 +80,27 @@ class LimitDecorator(Protocol):
 
 
 class Slot:
-    """``async with limiter.slot(amount):``: takes ``amount`` tokens on entry; a window holds them
+    """``async with limiter.slot(amount) as slot:``: takes ``amount`` tokens on entry; a window holds them
     until the block exits, so a request sent anywhere inside it counts in every window it may
-    reach the server in."""
+    reach the server in. ``slot.settle(used)`` says what the grant really cost, once known."""
 
-    __slots__ = ("_limiter", "_amount", "_held")
+    __slots__ = ("_limiter", "_amount", "_held", "_entered", "_settled")
 
     def __init__(self, limiter: Limiter[Any], amount: float) -> None:
         self._limiter = limiter
         self._amount = amount
         self._held = False
+        self._entered = False  # its grant was taken
+        self._settled = False
 
-    async def __aenter__(self) -> None:
+    async def __aenter__(self) -> Self:
         limiter = self._limiter
         await limiter.acquire(self._amount)
+        self._entered = True
         if limiter._window:
             limiter._hold(self._amount)
             self._held = True
+        return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.release()
@@ -111,6 +115,18 @@ class Slot:
         if self._held:
             self._held = False
             self._limiter._end_hold(self._amount)
+
+    def settle(self, used: float) -> None:
+        """The grant's real cost, known once its work is done: ``used`` tokens instead of the slot's amount,
+        as ``Limiter.settle`` (less: the difference given back; more: taken now as debt). Inside the block or
+        after it; once only. A window still holding the grant holds ``used`` instead, and logs it at the exit."""
+        if not self._entered:
+            raise RuntimeError(f"settle() of a slot never entered: {self!r} has taken no grant to settle")
+        if self._settled:
+            raise RuntimeError(f"{self!r} is settled already: a slot's grant is settled once only")
+        self._limiter._settle_grant(self._amount, used, self._held)
+        self._settled = True
+        self._amount = float(used)  # what its hold, if any, ends with
 
     def __repr__(self) -> str:
         return f"<Slot of {self._amount!r} on {self._limiter!r}>"
@@ -338,6 +354,18 @@ class Limiter(Generic[StoreT], Bucket):
             self.limit_until(left, until)
         return signals
 
+    def settle(self: LocalLimiter, taken: float, used: float) -> None:
+        """The real cost of a grant, known only once its work is done: a grant of ``taken`` tokens (the estimate
+        it was acquired with) cost ``used``. Less: the difference is given back now, leaving the rates where a
+        grant of ``used`` would have (never fuller than full). More: the difference is taken now, whether or
+        not it fits, as debt that delays every later grant: each rate takes it, a window counts it from now,
+        and a ``limit_until`` count loses it (never below 0; a refund gives it nothing back). Queued waiters
+        are re-timed, and those it strands past their timeout are failed. The limiter keeps no record of its
+        grants: settle each once, with the amount it was acquired with. A refund that comes after later grants
+        is exact only if none of them found a rate full; it may give back up to the difference more.
+        ``async with limiter.slot(estimate) as slot: ...; slot.settle(real)`` settles a slot's."""
+        self._settle_grant(taken, used, False)
+
     def retry_after(self: LocalLimiter, value: str | bytes | float) -> float:
         """Grants nothing until a server's ``Retry-After`` has passed: ``value`` is the header's
         value (delta-seconds, or an HTTP date, which is read against this host's wall clock; a
@@ -385,6 +413,10 @@ class Limiter(Generic[StoreT], Bucket):
         if until is not None:
             await self.alimit_until(left, until)
         return signals
+
+    async def asettle(self, taken: float, used: float) -> None:
+        """``settle`` over any store: the stores that cannot settle a cost yet refuse it (TypeError)."""
+        self._here().settle(taken, used)
 
     async def areserve(self, amount: float = 1) -> BaseReservation:
         """``reserve`` over any store: over a RedisStore, a place in the order of every client of its key (one
@@ -476,6 +508,17 @@ class Limiter(Generic[StoreT], Bucket):
     def _drop_closed(self) -> None:
         """Drops the waiters of closed loops (before the engine moves onto another loop's clock)."""
         self._owners.drop_closed()
+
+    def _settle_grant(self, taken: object, used: object, held: bool) -> None:
+        """settle's parameters checked (TypeError/ValueError naming them, nothing changed), then settled: held, a
+        window's grant that its slot still holds."""
+        x = _params.positive("taken", taken)
+        if x > self.burst:
+            raise ValueError(f"taken must not exceed burst ({self.burst!r}), the most a grant takes, got {taken!r}")
+        y = _params.non_negative("used", used)
+        self._settle_cost(x, y, held)
+        if self.waiting:  # with no one queued, there is no one to re-time or fail
+            self._settle()
 
     def _settle(self) -> None:
         """After a change of the limits: fail the waiters it strands, re-time the rest."""

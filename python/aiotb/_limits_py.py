@@ -229,6 +229,13 @@ def _window_unrecord(w: Window, amount: float) -> None:
             return
 
 
+def _debt_in_range(f: int, debt_ticks: int, now: int) -> bool:
+    """Whether debt more ticks may be taken from the rate at F f at now: the rate then full at most MAX_SPAN
+    after now."""
+    owed = _debt(f, now)
+    return debt_ticks <= _at_tick(MAX_SPAN) - (owed if owed > 0 else 0)
+
+
 def _window_hold(w: Window, amount: float) -> None:
     """Moves amount of the newest logged grants into the held ones."""
     if w.period == 0:
@@ -251,7 +258,28 @@ def _window_end_hold(w: Window, amount: float, now: int) -> None:
         return
     w.holds -= 1
     w.held = 0.0 if w.holds == 0 or amount > w.held else w.held - amount
-    _window_record(w, amount, now)
+    if amount > 0:  # a hold settled at no cost logs nothing
+        _window_record(w, amount, now)
+
+
+def _window_settle(w: Window, taken: float, used: float, held: bool, now: int) -> None:
+    """Changes the window's record of a grant of taken that cost used: see Limits.settle."""
+    if w.period == 0:
+        return
+    if held:
+        w.held = 0.0 if used - taken < -w.held else w.held + (used - taken)
+        return
+    if used > taken:
+        _window_record(w, used - taken, now)
+        return
+    for i, grant in enumerate(w.log):
+        if grant.amount != taken:
+            continue
+        if used > 0:
+            grant.amount = used
+            return
+        del w.log[i]
+        return
 
 
 # ---- every limit at once ----
@@ -463,6 +491,36 @@ class Limits:
                 self.state[i] = _full_since(now)
         _window_unrecord(self.window, amount)
         _debug_check(self)
+
+    def settle(self, taken: float, used: float, held: bool, now: int) -> int:
+        """Settles a grant of taken tokens whose real cost, known only now, is used: each rate's F moves by the
+        need of used less the need of taken, as if used had been taken at the grant (less: given back as a
+        refund, never fuller than full at now; more: taken now as debt, fitting or not); the window's held
+        grant, or its oldest logged grant of taken, changes likewise (more: the difference logged at now); a
+        running limit loses the difference. OK, or EINVAL, changing nothing, for amounts out of range or a
+        debt that would take a rate more than MAX_SPAN past now."""
+        if not (0 < taken <= self.max_amount) or not (used >= 0 and math.isfinite(used)) or (held and
+                                                                                           self.window.holds == 0):
+            return EINVAL
+        self.anchor(now)
+        change = []
+        for r, f in zip(self.rates, self.state):
+            step = _ticks(used * r.ns_per_token) - _ticks(taken * r.ns_per_token)
+            if step > 0 and not _debt_in_range(f, step, now):
+                return EINVAL
+            change.append(step)
+        for i, step in enumerate(change):
+            if step > 0:
+                self.state[i] = _consume(self.state[i], step, now)
+            else:
+                self.state[i] += step
+                if self.state[i] < _full_since(now):
+                    self.state[i] = _full_since(now)
+        _window_settle(self.window, taken, used, held, now)
+        if used > taken and now < self.limited_until:
+            self.limited_left = self.limited_left - (used - taken) if used - taken < self.limited_left else 0.0
+        _debug_check(self)
+        return OK
 
     def reckon_late(self, amount: float, now: int) -> None:
         """Grants of amount, taken earlier, are used only now: each rate keeps no more than it would hold had

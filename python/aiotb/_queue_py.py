@@ -393,6 +393,16 @@ class Bucket:
         self.stats.cancelled += 1
         _debug_check(self)
 
+    def settle(self, taken: float, used: float, held: bool, now: int) -> int:
+        """Settles a grant of taken tokens whose real cost is used, as Limits.settle (held: the grant is held in
+        the window), counting used instead of taken in the statistics; OK, or EINVAL changing nothing.
+        Queued waiters keep their place: their grants come later after a debt, earlier after a refund."""
+        status = self.limits.settle(taken, used, held, now)
+        if status == OK:
+            self.stats.granted_tokens += used - taken
+        _debug_check(self)
+        return status
+
     def reckon_late(self, amount: float, now: int) -> None:
         """Grants of amount, taken earlier, are used only now (see Limits.reckon_late)."""
         self.limits.reckon_late(amount, now)

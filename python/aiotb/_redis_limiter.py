@@ -27,7 +27,7 @@ import weakref
 from typing import Any, Callable, Coroutine, Sequence, cast
 
 from . import _params
-from ._capabilities import OTHER_LOOP
+from ._capabilities import OTHER_LOOP, refused
 from ._core import Bucket
 from ._limiter import LIMIT_SLACK, serve
 from ._remote import OnItsLoop, on_its_loop, pause_ns
@@ -172,6 +172,9 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
             await self._store_rates.set_rate(i, spec.ns_per_token, spec.burst)
             Bucket._set_rate(self, i, spec.ns_per_token, spec.burst)  # amounts are checked against it
         self._rates = [*self._rates[:i], spec, *self._rates[i + 1:]]
+
+    def _settle_cost(self, taken: float, used: float, held: bool) -> None:
+        raise refused("settle / asettle", "RedisStore")
 
     @on_its_loop
     async def alimit_until(self, tokens: float, when: float) -> None:

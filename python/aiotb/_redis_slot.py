@@ -4,7 +4,7 @@ the block runs."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from ._limiter import Slot
 
@@ -24,8 +24,10 @@ class RedisSlot(Slot):
         self._record: bytes | None = None
         self._ending: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> None:
+    async def __aenter__(self) -> Self:
         self._record = await self._redis_limiter._acquire(self._amount, None, hold=self._limiter._window)
+        self._entered = True
+        return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         record, self._record = self._record, None

@@ -172,6 +172,9 @@ class SharedLimiter(ReservingLimiter[SharedMemoryStore]):
     def _limit_until(self, tokens: float, when: float, slack: float) -> bool:
         raise refused("limit_until, follow / alimit_until, afollow", "SharedMemoryStore")
 
+    def _settle_cost(self, taken: float, used: float, held: bool) -> None:
+        raise refused("settle / asettle", "SharedMemoryStore")
+
     def _pause_until(self, when: float) -> None:
         rates = self._store_rates
         until = _ns(when)

@@ -313,6 +313,23 @@ static PyObject *bucket_limit_until(PyObject *op, PyObject *args)
     return PyBool_FromLong(tb_limit_until(&self->core, tokens, until, slack_ns, now));
 }
 
+// _settle_cost(taken, used, held): a grant of taken tokens cost used, as tb_settle says (held: a window holds
+// it); floats checked by the caller. ValueError, changing nothing, for a debt beyond the engine's range.
+static PyObject *bucket_settle_cost(PyObject *op, PyObject *args)
+{
+    BucketObject *self = (BucketObject *)op;
+    double taken, used;
+    int held;
+    tb_ns now;
+    if (!PyArg_ParseTuple(args, "ddp:_settle_cost", &taken, &used, &held) || configured_now(self, &now) < 0)
+        return NULL;
+    if (tb_settle(&self->core, taken, used, held, now) != TB_OK)
+        return PyErr_Format(PyExc_ValueError, "used is beyond the engine's range: %R tokens where %R were taken "
+                            "would leave a rate empty for more than %lld s", PyTuple_GET_ITEM(args, 1),
+                            PyTuple_GET_ITEM(args, 0), (long long)(TB_MAX_SPAN / 1000000000));
+    Py_RETURN_NONE;
+}
+
 /* ---- Bucket: what it can tell ---- */
 
 // _stats() -> (granted, granted_tokens, waits, wait_total, wait_max, cancelled, timeouts), times in seconds.
@@ -402,6 +419,7 @@ static PyMethodDef bucket_methods[] = {
     {"_set_window", bucket_set_window, METH_VARARGS, NULL},
     {"_pause_until", bucket_pause_until, METH_O, NULL},
     {"_limit_until", bucket_limit_until, METH_VARARGS, NULL},
+    {"_settle_cost", bucket_settle_cost, METH_VARARGS, NULL},
     {"_stats", bucket_stats, METH_NOARGS, NULL},
     {"_as_good_as_new", bucket_as_good_as_new, METH_NOARGS, NULL},
     {"_share", (PyCFunction)(void (*)(void))bucket_share, METH_FASTCALL, NULL},

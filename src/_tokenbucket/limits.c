@@ -210,7 +210,8 @@ static void window_end_hold(tb_window *w, double amount, tb_ns now)
         return;
     w->holds--;
     w->held = w->holds == 0 || amount > w->held ? 0 : w->held - amount;
-    window_record(w, amount, now);
+    if (amount > 0)  /* a hold settled at no cost logs nothing */
+        window_record(w, amount, now);
 }
 
 /* ---- every limit at once ---- */
@@ -414,6 +415,69 @@ void tb_limits_refund(tb_limits *l, double amount, tb_ns now)
     }
     window_unrecord(&l->window, amount);
     debug_check(l);
+}
+
+// Whether debt more ticks may be taken from the rate at F f at now: the rate then full at most TB_MAX_SPAN after now.
+static bool debt_in_range(tb_gcra f, int64_t debt_ticks, tb_ns now)
+{
+    int64_t owed = debt(f, now);
+    return debt_ticks <= tb_at_tick(TB_MAX_SPAN) - (owed > 0 ? owed : 0);
+}
+
+// Changes the window's record of a grant of taken that cost used: see tb_limits_settle.
+static void window_settle(tb_window *w, double taken, double used, bool held, tb_ns now)
+{
+    if (w->period == 0)
+        return;
+    if (held) {
+        w->held = used - taken < -w->held ? 0 : w->held + (used - taken);
+        return;
+    }
+    if (used > taken) {
+        window_record(w, used - taken, now);
+        return;
+    }
+    for (uint32_t i = 0; i < w->log_count; i++) {
+        if (log_at(w, i)->amount != taken)
+            continue;
+        if (used > 0) {
+            log_at(w, i)->amount = used;
+            return;
+        }
+        for (uint32_t j = i; j + 1 < w->log_count; j++)
+            *log_at(w, j) = *log_at(w, j + 1);
+        w->log_count--;
+        return;
+    }
+}
+
+tb_status tb_limits_settle(tb_limits *l, double taken, double used, bool held, tb_ns now)
+{
+    if (!(taken > 0 && taken <= l->max_amount) || !(used >= 0 && isfinite(used)) || (held && l->window.holds == 0))
+        return TB_EINVAL;
+    tb_limits_anchor(l, now);
+    int64_t change[TB_MAX_RATES];
+    for (uint32_t i = 0; i < l->nrates; i++) {
+        const tb_rate *r = &l->rates[i];
+        int64_t was = tb_ticks(taken * r->ns_per_token), is = tb_ticks(used * r->ns_per_token);
+        change[i] = is - was;  /* was is at most burst_ticks, is at most INT64_MAX: no overflow */
+        if (change[i] > 0 && !debt_in_range(l->state[i], change[i], now))
+            return TB_EINVAL;
+    }
+    for (uint32_t i = 0; i < l->nrates; i++) {
+        if (change[i] > 0) {
+            l->state[i] = tb_gcra_take(l->state[i], change[i], now);
+        } else {
+            l->state[i] += change[i];
+            if (l->state[i] < tb_full_since(now))
+                l->state[i] = tb_full_since(now);
+        }
+    }
+    window_settle(&l->window, taken, used, held, now);
+    if (used > taken && now < l->limited_until)
+        l->limited_left = used - taken < l->limited_left ? l->limited_left - (used - taken) : 0;
+    debug_check(l);
+    return TB_OK;
 }
 
 void tb_limits_reckon_late(tb_limits *l, double amount, tb_ns now)

@@ -393,6 +393,15 @@ void tb_refund(tb_bucket *b, double amount, tb_ns now)
     debug_check(b);
 }
 
+tb_status tb_settle(tb_bucket *b, double taken, double used, bool held, tb_ns now)
+{
+    tb_status status = tb_limits_settle(&b->limits, taken, used, held, now);
+    if (status == TB_OK)
+        b->stats.granted_tokens += used - taken;
+    debug_check(b);
+    return status;
+}
+
 void tb_reckon_late(tb_bucket *b, double amount, tb_ns now)
 {
     tb_limits_reckon_late(&b->limits, amount, now);

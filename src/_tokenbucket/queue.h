@@ -4,8 +4,8 @@
  * allows it; a newcomer takes free tokens at once unless it must queue behind them. A waiter is the
  * caller's opaque handle, never dereferenced nor owned. Like the limits, the bucket reads no clock:
  * every operation takes the caller's now. It reaches the limits only through limits.h's fit_at,
- * credited_at, take, take_now, refund, hold, end_hold, tokens, projection and full (and passes changes on), so the
- * same queue can sit on limits kept elsewhere. Statistics are counted here, once. */
+ * credited_at, take, take_now, refund, settle, hold, end_hold, tokens, projection and full (and passes
+ * changes on), so the same queue can sit on limits kept elsewhere. Statistics are counted here, once. */
 #ifndef AIOTB_QUEUE_H
 #define AIOTB_QUEUE_H
 
@@ -119,6 +119,10 @@ tb_ns tb_first_due_of(tb_bucket *b, const void *owner, tb_ns now);
 void *tb_withdraw_stranded(tb_bucket *b, tb_ns now, bool *never);
 /* Gives back amount tokens of a grant never used, taking the grant out of the statistics. */
 void tb_refund(tb_bucket *b, double amount, tb_ns now);
+/* Settles a grant of taken tokens whose real cost is used, as tb_limits_settle (held: the grant is held
+ * in the window), counting used instead of taken in the statistics; TB_OK, or TB_EINVAL changing nothing.
+ * Queued waiters keep their place: their grants come later after a debt, earlier after a refund. */
+tb_status tb_settle(tb_bucket *b, double taken, double used, bool held, tb_ns now);
 /* Grants of amount, taken earlier, are used only now (see tb_limits_reckon_late). */
 void tb_reckon_late(tb_bucket *b, double amount, tb_ns now);
 /* Holds a grant of amount just taken while it is in use (see tb_limits_hold). */

@@ -310,6 +310,87 @@ static void test_limit_until(void)
     tb_limits_release(&l);
 }
 
+static void test_settle(void)
+{
+    tb_limits l;
+    CHECK(tb_limits_init(&l, 1e6, 10, 10) == TB_OK);  /* 1,000/s, burst 10, full */
+    CHECK(tb_limits_take_now(&l, 10, 0));
+    tb_gcra taken_at = l.state[0];
+    /* Less used: F back where a grant of 3 would have left it. */
+    CHECK(tb_limits_settle(&l, 10, 3, false, 0) == TB_OK);
+    CHECK(l.state[0] == taken_at - 7 * 1000000 * TB_TICKS_PER_NS && tb_limits_tokens(&l, 0) == 7);
+    HOLDS(&l);
+    /* More used: the difference taken now though it does not fit, debt that delays the next grant. */
+    CHECK(tb_limits_settle(&l, 3, 15, false, 0) == TB_OK);
+    CHECK(tb_limits_tokens(&l, 0) == 0 && tb_rate_balance(&l.rates[0], l.state[0], 0) == -5);
+    CHECK(!tb_limits_fits(&l, 1, 5 * MS) && tb_limits_fit_at(&l, 1, 0) == 6 * MS);
+    HOLDS(&l);
+    /* A refund never fills the rate past full: long after, nothing more comes back. */
+    CHECK(tb_limits_settle(&l, 10, 0, false, SECOND) == TB_OK);
+    CHECK(l.state[0] == tb_full_since(SECOND) && tb_limits_tokens(&l, SECOND) == 10);
+    /* Out of range, nothing changed: taken above any grant, NaN, negative or infinite used, a held grant
+     * where none is held, a debt that would take F more than TB_MAX_SPAN past now. */
+    tb_gcra before = l.state[0];
+    CHECK(tb_limits_settle(&l, 11, 1, false, SECOND) == TB_EINVAL);
+    CHECK(tb_limits_settle(&l, 0, 1, false, SECOND) == TB_EINVAL);
+    CHECK(tb_limits_settle(&l, 1, NAN, false, SECOND) == TB_EINVAL);
+    CHECK(tb_limits_settle(&l, 1, -1, false, SECOND) == TB_EINVAL);
+    CHECK(tb_limits_settle(&l, 1, INFINITY, false, SECOND) == TB_EINVAL);
+    CHECK(tb_limits_settle(&l, 1, 1, true, SECOND) == TB_EINVAL);
+    CHECK(tb_limits_settle(&l, 1, 1e300, false, SECOND) == TB_EINVAL);
+    double most = (double)TB_MAX_SPAN / 1e6;  /* tokens of a rate empty for TB_MAX_SPAN */
+    CHECK(tb_limits_settle(&l, 1, most + 10, false, SECOND) == TB_EINVAL);
+    CHECK(l.state[0] == before);
+    CHECK(tb_limits_settle(&l, 1, most / 2, false, SECOND) == TB_OK);
+    CHECK(tb_limits_settle(&l, 1, most / 2 + 20, false, SECOND) == TB_EINVAL);  /* added up: past the range */
+    CHECK(tb_limits_fit_at(&l, 1, SECOND) > SECOND + TB_MAX_SPAN / 2 - 20 * MS);
+    HOLDS(&l);
+    tb_limits_release(&l);
+
+    /* Several rates: each takes or gives back the difference in its own time. */
+    CHECK(tb_limits_init(&l, 1e6, 10, 10) == TB_OK);
+    CHECK(tb_limits_add_rate(&l, 1e8, 30, 30) == TB_OK);  /* 10/s, burst 30 */
+    CHECK(tb_limits_take_now(&l, 10, 0) && tb_limits_settle(&l, 10, 14, false, 0) == TB_OK);
+    CHECK(tb_rate_balance(&l.rates[0], l.state[0], 0) == -4 && tb_rate_balance(&l.rates[1], l.state[1], 0) == 16);
+    CHECK(tb_limits_settle(&l, 10, 4, false, 0) == TB_OK);  /* another grant's, say: 6 back on each */
+    CHECK(tb_rate_balance(&l.rates[0], l.state[0], 0) == 2 && tb_rate_balance(&l.rates[1], l.state[1], 0) == 22);
+    HOLDS(&l);
+    /* A running limit loses a debt (never below 0), and gains nothing back. */
+    tb_limits_limit_until(&l, 3, SECOND, 0, 0);
+    CHECK(tb_limits_settle(&l, 1, 3, false, 0) == TB_OK && l.limited_left == 1);
+    CHECK(tb_limits_settle(&l, 1, 5, false, 0) == TB_OK && l.limited_left == 0);
+    CHECK(tb_limits_settle(&l, 5, 0, false, 0) == TB_OK && l.limited_left == 0);
+    HOLDS(&l);
+    tb_limits_release(&l);
+
+    /* A window: a refund shrinks the oldest logged grant of that size, a debt is logged now; a held grant's
+     * hold changes instead, and ends with what it cost (nothing logged for 0). */
+    CHECK(tb_limits_init_window(&l, SECOND, 10) == TB_OK);
+    CHECK(tb_limits_take_now(&l, 5, 0) && tb_limits_take_now(&l, 5, 100 * MS));
+    CHECK(tb_limits_settle(&l, 5, 2, false, 200 * MS) == TB_OK);
+    CHECK(l.window.log_count == 2 && l.window.log[0].amount == 2 && tb_limits_tokens(&l, 200 * MS) == 3);
+    CHECK(tb_limits_settle(&l, 5, 0, false, 200 * MS) == TB_OK && l.window.log_count == 1);
+    CHECK(tb_limits_settle(&l, 2, 6, false, 300 * MS) == TB_OK && tb_limits_tokens(&l, 300 * MS) == 4);
+    CHECK(tb_limits_fit_at(&l, 5, 300 * MS) == SECOND && tb_limits_fit_at(&l, 9, 300 * MS) == 1300 * MS);
+    CHECK(tb_limits_settle(&l, 1, 100, false, 300 * MS) == TB_OK && tb_limits_tokens(&l, 300 * MS) == 0);
+    CHECK(tb_limits_fit_at(&l, 1, 300 * MS) == 1300 * MS);
+    HOLDS(&l);
+    tb_limits_release(&l);
+    CHECK(tb_limits_init_window(&l, SECOND, 10) == TB_OK);
+    CHECK(tb_limits_take_now(&l, 4, 0));
+    tb_limits_hold(&l, 4);
+    CHECK(tb_limits_settle(&l, 4, 7, true, 0) == TB_OK && l.window.held == 7 && tb_limits_tokens(&l, 0) == 3);
+    tb_limits_end_hold(&l, 7, 500 * MS);
+    CHECK(l.window.holds == 0 && l.window.log_count == 1 && tb_limits_fit_at(&l, 4, 500 * MS) == 1500 * MS);
+    CHECK(tb_limits_take_now(&l, 3, 600 * MS));
+    tb_limits_hold(&l, 3);
+    CHECK(tb_limits_settle(&l, 3, 0, true, 600 * MS) == TB_OK && l.window.held == 0);
+    tb_limits_end_hold(&l, 0, 700 * MS);
+    CHECK(l.window.log_count == 1 && tb_limits_tokens(&l, 700 * MS) == 3);
+    HOLDS(&l);
+    tb_limits_release(&l);
+}
+
 static void test_full(void)
 {
     tb_limits l;
@@ -440,6 +521,7 @@ int main(void)
     RUN(test_projection);
     RUN(test_projection_past_the_horizon);
     RUN(test_limit_until);
+    RUN(test_settle);
     RUN(test_full);
     RUN(test_changes);
     RUN(test_check_finds_broken_invariants);
