@@ -1,4 +1,4 @@
-"""A rate found by trying, against a server that answers bare 429s: python benchmarks/adaptive_rate.py [--quick] [--out DIR].
+"""A rate found by trying, against bare 429s: python benchmarks/adaptive_rate.py [--quick] [--out DIR].
 
 A local server, in a process of its own, serves ``QUOTA`` (40) requests per any sliding second (those it answered
 200) and answers a bare 429 above that: no header says what is left. Our client is
@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,37 +52,24 @@ def serve(options: str) -> None:
 
     case, seconds = options.split(":")
     span = float(seconds)
+    start: list[float] = []
+    served: collections.deque[float] = collections.deque()
+    arrivals: list[tuple[float, int]] = []
 
-    async def main() -> None:
-        start: list[float] = []
-        served: collections.deque[float] = collections.deque()
-        arrivals: list[tuple[float, int]] = []
+    async def handle(request: web.Request) -> web.Response:
+        now = time.monotonic()
+        if not start:
+            start.append(now)
+        while served and served[0] <= now - WINDOW:
+            served.popleft()
+        at = now - start[0]
+        status = 200 if len(served) < quota_at(case, at, span) else 429
+        if status == 200:
+            served.append(now)
+        arrivals.append((at, status))
+        return web.Response(status=status)
 
-        async def handle(request: web.Request) -> web.Response:
-            now = time.monotonic()
-            if not start:
-                start.append(now)
-            while served and served[0] <= now - WINDOW:
-                served.popleft()
-            at = now - start[0]
-            status = 200 if len(served) < quota_at(case, at, span) else 429
-            if status == 200:
-                served.append(now)
-            arrivals.append((at, status))
-            return web.Response(status=status)
-
-        app = web.Application()
-        app.router.add_get("/", handle)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        host, port = runner.addresses[0][:2]
-        print(f"http://{host}:{port}/", flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-        await runner.cleanup()
-        print(json.dumps(arrivals), flush=True)
-
-    asyncio.run(main())
+    written.serve(handle, arrivals)
 
 
 # ---- our client ----
@@ -101,12 +86,7 @@ async def send_for(url: str, case: str, seconds: float) -> dict[str, Any]:
     rates: list[float] = []
     async with httpx.AsyncClient(transport=LimitedTransport(limiter, retries=0), timeout=None) as client:
         async def task() -> None:
-            while time.monotonic() < stop:
-                try:
-                    async with asyncio.timeout(max(0.0, stop - time.monotonic())):
-                        await client.get(url)
-                except TimeoutError:
-                    return
+            await written.send_until(stop, lambda: client.get(url))
 
         async def watch() -> None:
             while time.monotonic() < stop:
@@ -136,18 +116,9 @@ def recovery(arrivals: list[tuple[float, int]], case: str, seconds: float) -> di
 
 def measure(case: str, seconds: float) -> dict[str, Any]:
     """One run of a case: the server's record, read after SETTLE s, and the client's rates."""
-    server = subprocess.Popen([sys.executable, __file__, "--serve", f"{case}:{seconds}"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip()
-        client = asyncio.run(send_for(url, case, seconds))
-        out, _ = server.communicate(timeout=60)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    arrivals = [(at, status) for at, status in json.loads(out)]
+    client, record = written.against_server(__file__, f"{case}:{seconds}",
+                                            lambda url: asyncio.run(send_for(url, case, seconds)))
+    arrivals = [(at, status) for at, status in record]
     counted = [status for at, status in arrivals if SETTLE <= at < seconds]
     allowed = sum(quota_at(case, SETTLE + i / 100, seconds) for i in range(round((seconds - SETTLE) * 100))) / 100
     return {"requests": len(counted), "rejected": counted.count(429), "served": counted.count(200),
@@ -170,19 +141,15 @@ def table(results: dict[str, Any]) -> str:
              "| answered 429 while the quota is low | recovered after the rise (s) | targets |",
              "|:--|--:|--:|--:|--:|--:|--:|:--|"]
 
-    def spread(values: list[float], form: str) -> str:
-        shown = [format(v, form) for v in (statistics.median(values), min(values), max(values))]
-        return shown[0] if len(values) == 1 else f"{shown[0]} ({shown[1]}, {shown[2]})"
-
     for case in CASES:
         runs = results["cases"][case]
         share = [run["share_429"] for run in runs]
         served = [run["served_share"] for run in runs]
         end = [run["rates"][-1] for run in runs if run["rates"]]
         if case == "changing":
-            drop = spread([run["low_429"] for run in runs], ".1%")
+            drop = written.spread([run["low_429"] for run in runs], ".1%")
             rises = [run["after_rise"] for run in runs]
-            rise = "never" if None in rises else spread(rises, ".1f")
+            rise = "never" if None in rises else written.spread(rises, ".1f")
         else:
             drop = rise = "-"
         if case == "fixed":
@@ -190,24 +157,23 @@ def table(results: dict[str, Any]) -> str:
         else:
             met = statistics.median(share) <= MAX_429_SHARE and statistics.median(served) >= LEAST_SERVED
             verdict = "met" if met else "**not met**"
-        lines.append(f"| {case} | {spread([run['requests'] for run in runs], '.0f')} | {spread(share, '.1%')} | "
-                     f"{spread(served, '.0%')} | {spread(end, '.1f')} | {drop} | {rise} | {verdict} |")
+        requests = written.spread([run["requests"] for run in runs], ".0f")
+        lines.append(f"| {case} | {requests} | {written.spread(share, '.1%')} | {written.spread(served, '.0%')} | "
+                     f"{written.spread(end, '.1f')} | {drop} | {rise} | {verdict} |")
     lines += ["", f"Targets (`steady`, `changing`, medians): at most {MAX_429_SHARE:.0%} of the requests answered 429 "
               f"and at least {LEAST_SERVED:.0%} of what the quota allowed served, from {SETTLE:g} s on."]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    args = written.arguments(__doc__ or "", HERE / "server_signals" / "adaptive")
-    if args.serve is not None:
-        serve(args.serve)
+    started = written.begun(__doc__ or "", HERE / "server_signals" / "adaptive", serve, PROFILES)
+    if started is None:
         return
-    profile = PROFILES["quick" if args.quick else "full"]
-    results: dict[str, Any] = {"profile": "quick" if args.quick else "full", **profile,
-                               "python": sys.version.split()[0], "cases": {}}
+    args, results = started
+    profile, results["cases"] = PROFILES[results["profile"]], {}
     for case in CASES:
         runs = []
-        for _ in range(1 if case == "fixed" else profile["runs"]):
+        for _ in range(1 if case == "fixed" else int(profile["runs"])):
             runs.append(measure(case, profile["seconds"]))
             shown = {key: value for key, value in runs[-1].items() if key != "rates"}
             print(f"{case}: {shown}", file=sys.stderr, flush=True)

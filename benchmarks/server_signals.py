@@ -28,10 +28,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import email.utils
-import json
 import math
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -81,35 +79,23 @@ def serve(style: str) -> None:
     """Runs the server until stdin closes; prints its URL first, then our requests (JSON: window, arrival, status)."""
     from aiohttp import web
 
-    async def main() -> None:
-        start: list[float] = []
-        counted: dict[int, int] = {}
-        arrivals: list[tuple[int, float, int]] = []
+    start: list[float] = []
+    counted: dict[int, int] = {}
+    arrivals: list[tuple[int, float, int]] = []
 
-        async def handle(request: web.Request) -> web.Response:
-            now = time.monotonic()
-            if not start:
-                start.append(now)
-            window = int((now - start[0]) // WINDOW)
-            count = counted.get(window, UNSEEN) + 1  # the unseen client took its share as the window opened
-            counted[window] = count
-            status = 200 if count <= QUOTA else 429
-            arrivals.append((window, now - start[0], status))
-            end = start[0] + (window + 1) * WINDOW
-            return web.Response(status=status, headers=headers(style, max(0, QUOTA - count), end, time.time()))
+    async def handle(request: web.Request) -> web.Response:
+        now = time.monotonic()
+        if not start:
+            start.append(now)
+        window = int((now - start[0]) // WINDOW)
+        count = counted.get(window, UNSEEN) + 1  # the unseen client took its share as the window opened
+        counted[window] = count
+        status = 200 if count <= QUOTA else 429
+        arrivals.append((window, now - start[0], status))
+        end = start[0] + (window + 1) * WINDOW
+        return web.Response(status=status, headers=headers(style, max(0, QUOTA - count), end, time.time()))
 
-        app = web.Application()
-        app.router.add_get("/", handle)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        host, port = runner.addresses[0][:2]
-        print(f"http://{host}:{port}/", flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-        await runner.cleanup()
-        print(json.dumps(arrivals), flush=True)
-
-    asyncio.run(main())
+    written.serve(handle, arrivals)
 
 
 # ---- our client ----
@@ -125,30 +111,14 @@ async def send_for(url: str, seconds: float) -> None:
     stop = time.monotonic() + seconds
     async with httpx.AsyncClient(transport=LimitedTransport(limiter, retries=0), timeout=None) as client:
         async def task() -> None:
-            while time.monotonic() < stop:
-                try:
-                    async with asyncio.timeout(max(0.0, stop - time.monotonic())):
-                        await client.get(url)
-                except TimeoutError:
-                    return
+            await written.send_until(stop, lambda: client.get(url))
 
         await asyncio.gather(*(task() for _ in range(TASKS)))
 
 
 def measure(style: str, windows: int) -> dict[str, Any]:
     """One run of a style: per whole window, our requests answered 200, and 429 after the window's first."""
-    server = subprocess.Popen([sys.executable, __file__, "--serve", style], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip()
-        asyncio.run(send_for(url, windows * WINDOW))
-        out, _ = server.communicate(timeout=60)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    arrivals = json.loads(out)
+    _, arrivals = written.against_server(__file__, style, lambda url: asyncio.run(send_for(url, windows * WINDOW)))
     rows = []
     for window in range(windows):
         ours = sorted((at, status) for w, at, status in arrivals if w == window)
@@ -196,13 +166,11 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    args = written.arguments(__doc__ or "", HERE / "server_signals")
-    if args.serve is not None:
-        serve(args.serve)
+    started = written.begun(__doc__ or "", HERE / "server_signals", serve, PROFILES)
+    if started is None:
         return
-    profile = PROFILES["quick" if args.quick else "full"]
-    results: dict[str, Any] = {"profile": "quick" if args.quick else "full", **profile,
-                               "python": sys.version.split()[0], "styles": {}}
+    args, results = started
+    profile, results["styles"] = PROFILES[results["profile"]], {}
     for style in STYLES:
         runs = []
         for _ in range(profile["runs"]):

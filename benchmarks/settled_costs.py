@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import random
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,39 +52,26 @@ def serve(seed: str) -> None:
     from aiohttp import web
 
     costs = random.Random(int(seed))
+    start: list[float] = []
+    served: collections.deque[tuple[float, int]] = collections.deque()
+    tokens = [0]
+    arrivals: list[tuple[float, int, int]] = []
 
-    async def main() -> None:
-        start: list[float] = []
-        served: collections.deque[tuple[float, int]] = collections.deque()
-        tokens = [0]
-        arrivals: list[tuple[float, int, int]] = []
+    async def handle(request: web.Request) -> web.Response:
+        now = time.monotonic()
+        if not start:
+            start.append(now)
+        while served and served[0][0] <= now - WINDOW:
+            tokens[0] -= served.popleft()[1]
+        cost = costs.randint(LEAST_COST, MOST_COST)
+        fits = len(served) < REQUEST_QUOTA and tokens[0] + cost <= TOKEN_QUOTA
+        if fits:
+            served.append((now, cost))
+            tokens[0] += cost
+        arrivals.append((now - start[0], 200 if fits else 429, cost if fits else 0))
+        return web.Response(status=200, headers={"X-Cost": str(cost)}) if fits else web.Response(status=429)
 
-        async def handle(request: web.Request) -> web.Response:
-            now = time.monotonic()
-            if not start:
-                start.append(now)
-            while served and served[0][0] <= now - WINDOW:
-                tokens[0] -= served.popleft()[1]
-            cost = costs.randint(LEAST_COST, MOST_COST)
-            fits = len(served) < REQUEST_QUOTA and tokens[0] + cost <= TOKEN_QUOTA
-            if fits:
-                served.append((now, cost))
-                tokens[0] += cost
-            arrivals.append((now - start[0], 200 if fits else 429, cost if fits else 0))
-            return web.Response(status=200, headers={"X-Cost": str(cost)}) if fits else web.Response(status=429)
-
-        app = web.Application()
-        app.router.add_get("/", handle)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        host, port = runner.addresses[0][:2]
-        print(f"http://{host}:{port}/", flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-        await runner.cleanup()
-        print(json.dumps(arrivals), flush=True)
-
-    asyncio.run(main())
+    written.serve(handle, arrivals)
 
 
 # ---- our client ----
@@ -101,17 +86,14 @@ async def send_for(url: str, estimate: float, settled: bool, seconds: float) -> 
     requests, tokens = WindowLimiter(REQUEST_QUOTA, WINDOW), WindowLimiter(TOKEN_QUOTA, WINDOW)
     stop = time.monotonic() + seconds
     async with httpx.AsyncClient(timeout=None) as client:
+        async def send() -> None:
+            async with requests.slot(1), tokens.slot(estimate) as slot:
+                response = await client.get(url)
+                if settled:
+                    slot.settle(int(response.headers.get("X-Cost", 0)) if response.status_code == 200 else 0)
+
         async def task() -> None:
-            while time.monotonic() < stop:
-                try:
-                    async with asyncio.timeout(max(0.0, stop - time.monotonic())):
-                        async with requests.slot(1), tokens.slot(estimate) as slot:
-                            response = await client.get(url)
-                            if settled:
-                                slot.settle(int(response.headers.get("X-Cost", 0)) if response.status_code == 200
-                                            else 0)
-                except TimeoutError:
-                    return
+            await written.send_until(stop, send)
 
         await asyncio.gather(*(task() for _ in range(TASKS)))
 
@@ -119,18 +101,9 @@ async def send_for(url: str, estimate: float, settled: bool, seconds: float) -> 
 def measure(case: str, seconds: float, seed: int) -> dict[str, Any]:
     """One run of a case: the server's record, read after SETTLE s."""
     estimate, settled = CASES[case]
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(seed)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        url = server.stdout.readline().strip()
-        asyncio.run(send_for(url, estimate, settled, seconds))
-        out, _ = server.communicate(timeout=60)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    counted = [(status, cost) for at, status, cost in json.loads(out) if SETTLE <= at < seconds]
+    _, record = written.against_server(__file__, str(seed),
+                                       lambda url: asyncio.run(send_for(url, estimate, settled, seconds)))
+    counted = [(status, cost) for at, status, cost in record if SETTLE <= at < seconds]
     rejected = sum(status == 429 for status, _ in counted)
     used = sum(cost for _, cost in counted) / (TOKEN_QUOTA * (seconds - SETTLE) / WINDOW)
     return {"requests": len(counted), "rejected": rejected, "share_429": rejected / max(1, len(counted)),
@@ -146,11 +119,8 @@ def table(results: dict[str, Any]) -> str:
              f"{LEAST_COST} to {MOST_COST} tokens (uniform, drawn on arrival); ours sends through "
              f"`WindowLimiter({REQUEST_QUOTA}, 1)` and `WindowLimiter({TOKEN_QUOTA}, 1)`, {TASKS} tasks. Counted "
              f"from {SETTLE:g} s on; medians of the runs (least, most).", "",
-             "| estimate | settled | requests | answered 429 | token quota used | targets |", "|:--|:--|--:|--:|--:|:--|"]
-
-    def spread(values: list[float], form: str) -> str:
-        shown = [format(v, form) for v in (statistics.median(values), min(values), max(values))]
-        return shown[0] if len(values) == 1 else f"{shown[0]} ({shown[1]}, {shown[2]})"
+             "| estimate | settled | requests | answered 429 | token quota used | targets |",
+             "|:--|:--|--:|--:|--:|:--|"]
 
     for case, (estimate, settled) in CASES.items():
         runs = results["cases"][case]
@@ -163,8 +133,8 @@ def table(results: dict[str, Any]) -> str:
             met = statistics.median(share) <= most_429 and statistics.median(used) >= LEAST_USED
             verdict = "met" if met else "**not met**"
         lines.append(f"| {estimate:g} | {'yes' if settled else 'no'} | "
-                     f"{spread([run['requests'] for run in runs], '.0f')} | {spread(share, '.1%')} | "
-                     f"{spread(used, '.0%')} | {verdict} |")
+                     f"{written.spread([run['requests'] for run in runs], '.0f')} | {written.spread(share, '.1%')} | "
+                     f"{written.spread(used, '.0%')} | {verdict} |")
     lines += ["", f"Targets (medians): estimated at {MOST_COST} and settled, no 429 and at least {LEAST_USED:.0%} of "
               f"the token quota used; at {MEAN_COST:g} and settled, at most {MOST_429_MEAN:.0%} answered 429 and "
               f"at least {LEAST_USED:.0%} used."]
@@ -172,16 +142,14 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    args = written.arguments(__doc__ or "", HERE / "server_signals" / "settled")
-    if args.serve is not None:
-        serve(args.serve)
+    started = written.begun(__doc__ or "", HERE / "server_signals" / "settled", serve, PROFILES)
+    if started is None:
         return
-    profile = PROFILES["quick" if args.quick else "full"]
-    results: dict[str, Any] = {"profile": "quick" if args.quick else "full", **profile,
-                               "python": sys.version.split()[0], "cases": {}}
+    args, results = started
+    profile, results["cases"] = PROFILES[results["profile"]], {}
     for case in CASES:
         runs = []
-        for seed in range(profile["runs"]):  # the same costs, in the same order, for every case
+        for seed in range(int(profile["runs"])):  # the same costs, in the same order, for every case
             runs.append(measure(case, profile["seconds"], seed))
             print(f"{case}: {runs[-1]}", file=sys.stderr, flush=True)
         results["cases"][case] = runs
