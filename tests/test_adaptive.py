@@ -89,6 +89,18 @@ def test_a_cut_keeps_most_of_what_the_server_served_in_the_last_period(lib: Simp
     assert seen[12] == pytest.approx(25.6)
 
 
+def test_it_remembers_one_period_of_successes_only(lib: SimpleNamespace, vrun: Run[int]) -> None:
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        limiter = adaptive(lib, 100, 1, min_rate=10, burst=100)
+        for _ in range(1000):  # 100 per second for 10 s, never a 429
+            await asyncio.sleep(0.01)
+            limiter.observe(200, sent_at=loop.time())
+        return len(limiter._served)
+
+    assert vrun(main()) <= 101  # a long run without a 429 keeps no more than the last second's
+
+
 def test_successes_grow_the_rate_half_way_back_then_probe_beyond(lib: SimpleNamespace,
                                                                  vrun: Run[list[float]]) -> None:
     async def main() -> list[float]:

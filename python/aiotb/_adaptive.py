@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import math
+import threading
 
 from . import _params
 from ._limiter import Limiter, _loop_now
@@ -49,7 +50,7 @@ class AdaptiveLimiter(Limiter[None]):
     (min_rate, max_rate) as given."""
 
     __slots__ = ("_bounds", "_decrease", "_increase", "_earned", "_too_high", "_probe", "_cut_at", "_cuts", "_served",
-                 "_served_tokens")
+                 "_served_tokens", "_rule")
 
     def __init__(self, max_rate: float, time_period: float = 1, *, min_rate: float, burst: float | None = None,
                  fair: bool = True, decrease: float = 0.8, increase: float | None = None) -> None:
@@ -75,6 +76,7 @@ class AdaptiveLimiter(Limiter[None]):
         self._cuts = 0
         self._served: collections.deque[tuple[float, float]] = collections.deque()  # (loop time, tokens) of the
         self._served_tokens = 0.0                                                    # successes of the last period
+        self._rule = threading.Lock()  # loops in threads may share the limiter: each observation applied whole
 
     @property
     def bounds(self) -> tuple[float, float]:
@@ -89,31 +91,35 @@ class AdaptiveLimiter(Limiter[None]):
     def observe(self, status: int, *, sent_at: float, amount: float = 1) -> None:
         """Feeds the rule with one response: its HTTP ``status``, the loop time its request was sent at
         (``sent_at``: once it had its grant), and the tokens it took (``amount``). A 429 or 503 cuts the
-        rate, unless its request was sent before the last cut or at its instant (the same round: cut already); any other
-        status under 500 grows it, if the rate held the request back. ``limiter.observe(response.status,
-        sent_at=sent)``."""
+        rate, unless its request was sent before the last cut or at its instant (the same round: cut
+        already); any other status under 500 grows it, if the rate held the request back.
+        ``limiter.observe(response.status, sent_at=sent)``."""
         if isinstance(status, bool) or not isinstance(status, int):
             raise TypeError(f"status must be an int, got {status!r}")
         if not 100 <= status <= 599:
             raise ValueError(f"status must be an HTTP status, 100 to 599, got {status!r}")
         sent = _params.loop_time("sent_at", sent_at)
         tokens = _params.positive("amount", amount)
-        if status in CONGESTED:
-            if sent > self._cut_at:
-                self._cut()
-        elif status < 500:
-            self._serve(tokens)
-            if self.waiting or self.tokens < tokens:
-                self._grow(tokens)
+        with self._rule:
+            if status in CONGESTED:
+                if sent > self._cut_at:
+                    self._cut()
+            elif status < 500:
+                self._serve(tokens)
+                if self.waiting or self.tokens < tokens:
+                    self._grow(tokens)
 
     def _serve(self, tokens: float) -> None:
-        """Counts a success of tokens, answered now, in the last period's."""
-        self._served.append((_loop_now(), tokens))
+        """Counts a success of tokens, answered now, in the last period's (those older leave it now: it holds
+        one period's)."""
+        now = _loop_now()
+        self._served_lately(now)
+        self._served.append((now, tokens))
         self._served_tokens += tokens
 
-    def _served_lately(self) -> float:
-        """The tokens of the successes answered in the last period."""
-        since = _loop_now() - self.time_period
+    def _served_lately(self, now: float) -> float:
+        """The tokens of the successes answered in the period before now."""
+        since = now - self.time_period
         served = self._served
         while served and served[0][0] <= since:
             self._served_tokens -= served.popleft()[1]
@@ -130,7 +136,7 @@ class AdaptiveLimiter(Limiter[None]):
         self._earned = 0.0
         rate = self._too_high = self.max_rate
         self._probe = self._increase
-        cut = max(least, self._decrease * rate, min(rate, self._decrease * self._served_lately()))
+        cut = max(least, self._decrease * rate, min(rate, self._decrease * self._served_lately(self._cut_at)))
         if cut < rate:
             self.set_rate(cut)
 
