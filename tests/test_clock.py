@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import subprocess
+import sys
 import threading
 import warnings
 from typing import Any
@@ -183,3 +185,49 @@ def test_a_forked_child_names_the_running_loop_as_asyncio_does(lib):
         return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
     assert asyncio.run(main()) == 0
+
+
+ASYNCIO_IN_PYTHON = """
+import asyncio, contextvars, sys
+assert not hasattr(asyncio.events._get_running_loop, "__self__"), "asyncio's C accelerator was loaded"
+import aiotb
+assert aiotb.IMPLEMENTATION == sys.argv[1], aiotb.IMPLEMENTATION
+limiter = aiotb.Limiter(1, 1, burst=1)
+clock = [100.0]
+
+def patched_loop():
+    loop = asyncio.new_event_loop()
+    real_time = loop.time
+    start = real_time()
+    loop.time = lambda: clock[0] + (real_time() - start)
+    return loop
+
+async def check():
+    granted = [limiter.try_acquire()]
+    await asyncio.sleep(0)
+    named = limiter._running_loop() is asyncio.get_running_loop()
+    clock[0] += 1.0  # a second on a patched loop's clock only
+    granted.append(limiter.try_acquire())
+    return named, granted
+
+answers = []
+for factory in (asyncio.new_event_loop, patched_loop):
+    with asyncio.Runner(loop_factory=factory) as runner:
+        answers.append(runner.run(check(), context=contextvars.copy_context()))
+print(answers)
+"""
+
+
+def test_the_running_loop_is_named_when_asyncio_is_pure_python(lib: Any) -> None:
+    """Without asyncio's C accelerator its running loop comes from a Python function, which the engine calls
+    the generic way (it calls the accelerator's C function directly): the loop is named as asyncio names it,
+    and a patched loop's clock is read."""
+    script = "import sys; sys.modules['_asyncio'] = None\n" + ASYNCIO_IN_PYTHON
+    environment = dict(os.environ, AIOTB_NO_EXTENSIONS="1" if lib.name == "python" else "0")
+    done = subprocess.run([sys.executable, "-c", script, lib.name], capture_output=True, text=True, timeout=120,
+                          env=environment)
+    assert done.returncode == 0, done.stderr
+    # The stock loop: named, and the second try refused (its clock moved by microseconds). The patched one:
+    # named, and the second granted (its clock moved by the second the script added); the first was refused,
+    # as the bucket is empty from the stock loop's grant (its clock rebased, not refilled).
+    assert done.stdout.strip() == "[(True, [True, False]), (True, [False, True])]", done.stdout

@@ -525,15 +525,16 @@ def test_a_reservation_reached_late_is_not_used_as_it_stands(name: str) -> None:
 
 
 class FailingSegment:
-    """A segment whose reserve answers corrupt (SHM_EFOREIGN) for the calls numbered in failing, as one fought
-    over past its bound does; everything else is the real segment's."""
+    """A segment whose reserve answers corrupt (SHM_EFOREIGN) for the amounts in failing, as one fought over past
+    its bound does; everything else is the real segment's. Each waiter of the test asks for an amount of its own,
+    so a refusal names its waiter even when a waiter reached late reserves again."""
 
-    def __init__(self, segment: Segment, failing: set[int]) -> None:
-        self.segment, self.failing, self.calls = segment, failing, 0
+    def __init__(self, segment: Segment, failing: set[float]) -> None:
+        self.segment, self.failing, self.amounts = segment, failing, list[float]()
 
     def reserve(self, amount: float, now: int, deadline: int) -> tuple[int, int, bytes]:
-        self.calls += 1
-        if self.calls in self.failing:
+        self.amounts.append(amount)
+        if amount in self.failing:
             return SHM_EFOREIGN, 0, b""
         return self.segment.reserve(amount, now, deadline)
 
@@ -541,27 +542,33 @@ class FailingSegment:
         return getattr(self.segment, attribute)
 
 
-@pytest.mark.parametrize("failing", [{1}, {2}, {3}, {2, 3}])
+AMOUNTS = [1.0, 0.75, 0.5, 0.25]  # the four waiters', in their order of arrival
+
+
+@pytest.mark.parametrize("failing", [{0}, {1}, {2}, {1, 2}])
 def test_a_reservation_the_segment_refuses_fails_its_waiter_only(name: str, failing: set[int]) -> None:
     """A reserve that meets a corrupt segment fails that waiter with StoreCorrupt; the waiters granted in the same
     pass and those behind it are granted as usual. Before, its waiter was set aside and the pass raised: the
     grants it had made were lost and the waiters behind it had no timer, so their tasks waited forever."""
-    limiter = Limiter(200, 1, burst=1, initial=0, store=SharedMemoryStore(name))  # one every 5 ms
+    limiter = Limiter(200, 1, burst=1, initial=0, store=SharedMemoryStore(name))  # a token every 5 ms
     rates = limiter._store_rates  # type: ignore[attr-defined]
-    segment = FailingSegment(rates.segment, failing)
+    segment = FailingSegment(rates.segment, {AMOUNTS[i] for i in failing})
     rates._segment = segment  # the queue's reservations go through it
 
     async def main() -> list[str]:
-        async def task() -> str:
+        async def task(amount: float) -> str:
             try:
-                async with limiter:
-                    return "granted"
+                await limiter.acquire(amount)
+                return "granted"
             except StoreCorrupt as error:
                 assert "corrupt" in str(error)
                 return "StoreCorrupt"
 
-        return await asyncio.wait_for(asyncio.gather(*(task() for _ in range(4))), 10)
+        return await asyncio.wait_for(asyncio.gather(*(task(amount) for amount in AMOUNTS)), 10)
 
     outcomes = asyncio.run(main())
-    assert outcomes == ["StoreCorrupt" if i + 1 in failing else "granted" for i in range(4)], outcomes
-    assert limiter.waiting == 0 and segment.calls == 4
+    assert outcomes == ["StoreCorrupt" if i in failing else "granted" for i in range(4)], outcomes
+    assert limiter.waiting == 0
+    # Every waiter reserved (in order of arrival, each first time), and a refused one only once: it failed there.
+    assert list(dict.fromkeys(segment.amounts)) == AMOUNTS, segment.amounts
+    assert all(segment.amounts.count(AMOUNTS[i]) == 1 for i in failing), segment.amounts

@@ -538,6 +538,10 @@ static int tokenbucket_exec(PyObject *module)
         !st->str_wait || !st->str_wait_to_hold || !st->str_over_capacity || !st->str_throw || !st->str_close || !st->str_done ||
         !st->str_drop_closed || !st->str_seen)
         return -1;
+    if (PyCFunction_Check(st->get_running_loop) && PyCFunction_GetFlags(st->get_running_loop) == METH_NOARGS) {
+        st->running_loop_c = PyCFunction_GetFunction(st->get_running_loop);
+        st->running_loop_self = PyCFunction_GetSelf(st->get_running_loop);
+    }
 #ifdef AIOTB_TRUST_LOOP_HOLDER
     st->str_loop_holder = PyUnicode_InternFromString("__asyncio_running_event_loop__");
     if (st->str_loop_holder == NULL || watch_forks() < 0)
@@ -595,6 +599,7 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->bound_type);
     Py_CLEAR(st->ready);
     Py_CLEAR(st->get_running_loop);
+    st->running_loop_c = NULL, st->running_loop_self = NULL;
     Py_CLEAR(st->is_monotonic_loop);
     Py_CLEAR(st->real_type);
     Py_CLEAR(st->future_type);

@@ -342,6 +342,17 @@ static inline ALWAYS_INLINE bool same_running_loop(tb_state *st, SeenObject *see
 
 /* ---- reading the clock ---- */
 
+// asyncio's running loop (a new reference; None outside one), or NULL with an exception. _asyncio's C function
+// is called as the interpreter would call it, without the generic call's dispatch and checks around it: 1,622
+// instructions per uncontended async with against 1,671 on 3.14, 1,586 against 1,638 on 3.15 (callgrind); a
+// Python function (asyncio without its accelerator) goes the generic way.
+static inline ALWAYS_INLINE PyObject *ask_running_loop(tb_state *st)
+{
+    if (st->running_loop_c != NULL)
+        return st->running_loop_c(st->running_loop_self, NULL);
+    return PyObject_CallNoArgs(st->get_running_loop);
+}
+
 // Moves the core onto another clock (domain: a loop, or NULL for CLOCK_MONOTONIC) that reads now.
 COLD static void switch_clock(BucketObject *self, PyObject *domain, tb_ns now)
 {
@@ -452,7 +463,7 @@ static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
         *now = bucket_read(self, monotonic_ns());
         return 0;
     }
-    PyObject *loop = PyObject_CallNoArgs(st->get_running_loop);
+    PyObject *loop = ask_running_loop(st);
     if (loop != NULL && seen != NULL && loop == seen->proof.loop && self->domain == NULL &&
         proof_holds(st, &seen->proof, loop)) {
         seen->running = true;  /* a new version (a new task step, say): asyncio named the proven loop */
@@ -462,7 +473,7 @@ static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
         return 0;
     }
 #else
-    PyObject *loop = PyObject_CallNoArgs(st->get_running_loop);
+    PyObject *loop = ask_running_loop(st);
     SeenObject *seen = loop ? seen_find(st, PyThreadState_Get()) : NULL;
     if (seen != NULL && loop == seen->proof.loop && self->domain == NULL && proof_holds(st, &seen->proof, loop)) {
         Py_DECREF(loop);
@@ -491,7 +502,7 @@ static PyObject *bucket_running_loop(PyObject *op, PyObject *Py_UNUSED(ignored))
                                            ))
         return Py_NewRef(seen->proof.loop);
 #endif
-    return PyObject_CallNoArgs(st->get_running_loop);
+    return ask_running_loop(st);
 }
 
 #endif

@@ -63,6 +63,8 @@ typedef struct {
     PyTypeObject *bound_type;    /* Bound (bound.h) */
     PyObject *ready;             /* the one done awaitable */
     PyObject *get_running_loop;  /* asyncio.events._get_running_loop */
+    PyCFunction running_loop_c;  /* its C function when it is one taking no arguments (_asyncio's), else NULL */
+    PyObject *running_loop_self; /* the self that function is called with (borrowed: get_running_loop holds it) */
     PyObject *is_monotonic_loop; /* aiotb._clock.is_monotonic_loop */
     PyObject *real_type;         /* numbers.Real */
     PyTypeObject *future_type;   /* asyncio.Future */
