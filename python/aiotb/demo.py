@@ -1,4 +1,4 @@
-"""A short look at aiotb: ``python -m aiotb.demo [AsyncLimiter]``.
+"""A short look at aiotb: ``python -m aiotb.demo [AsyncLimiter]``; ``api`` runs ``aiotb.demo_api``.
 
 Sixty requests arrive at once at a limiter of 20 tokens per second with a burst of 5: thirty for
 one token, then a big one for five, then twenty-nine more for one; then one more that will not
@@ -16,7 +16,7 @@ import asyncio
 import sys
 from typing import Callable
 
-from . import IMPLEMENTATION, AsyncLimiter, Limiter
+from . import IMPLEMENTATION, AsyncLimiter, Limiter, demo_api
 
 BIG = 5  # tokens the big request asks for
 PATIENCE = 0.5  # seconds the impatient request is willing to wait
@@ -93,8 +93,15 @@ async def main(make_limiter: Callable[[], Limiter] = fair_limiter, *, before: in
 
 def cli(argv: list[str]) -> None:
     choices = {"Limiter": fair_limiter, "AsyncLimiter": aiolimiter_style}
+    if argv[:1] == ["api"] and len(argv) <= 2:
+        seconds = int(argv[1]) if len(argv) == 2 and argv[1].isdigit() else 0 if len(argv) == 2 else 3
+        if not 1 <= seconds <= 60:
+            sys.exit(f"python -m aiotb.demo api: SECONDS must be a whole number from 1 to 60, got {argv[1]!r}")
+        print(f"aiotb engine: {IMPLEMENTATION}")
+        asyncio.run(demo_api.main(seconds))
+        return
     if len(argv) > 1 or (argv and argv[0] not in choices):
-        sys.exit(f"usage: python -m aiotb.demo [{' | '.join(choices)}]")
+        sys.exit(f"usage: python -m aiotb.demo [{' | '.join(choices)} | api [SECONDS]]")
     print(f"aiotb engine: {IMPLEMENTATION}")
     asyncio.run(main(choices[argv[0]] if argv else fair_limiter))
 
