@@ -200,7 +200,7 @@ async def settled(limiter: Any) -> bool:
 async def slot_settled(limiter: Any) -> bool:
     async with limiter.slot(3) as slot:
         before = await limiter.read_tokens()
-        slot.settle(1)
+        await slot.asettle(1)
         return bool(abs(await limiter.read_tokens() - before - 2) < 0.01)
 
 

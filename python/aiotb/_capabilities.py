@@ -54,9 +54,6 @@ REFUSED: dict[tuple[str, Store], str] = {
     ("settle / asettle", "SharedMemoryStore"):
         "a SharedMemoryStore does not settle a grant's real cost yet: its segment takes a grant only where it fits, "
         "by compare-and-swap, and keeps no debt; acquire what the work may cost at most",
-    ("settle / asettle", "RedisStore"):
-        "a RedisStore does not settle a grant's real cost yet: its scripts take a grant only where it fits, and "
-        "keep no debt; acquire what the work may cost at most",
     ("settle / asettle", "RedisStore(lease=)"):
         "a limiter over a leased RedisStore grants from units it holds for a while, which a debt taken after "
         "the grant would outlast; acquire what the work may cost at most",

@@ -120,13 +120,21 @@ class Slot:
         """The grant's real cost, known once its work is done: ``used`` tokens instead of the slot's amount,
         as ``Limiter.settle`` (less: the difference given back; more: taken now as debt). Inside the block or
         after it; once only. A window still holding the grant holds ``used`` instead, and logs it at the exit."""
+        self._check_settle()
+        self._limiter._settle_grant(self._amount, used, self._held)
+        self._settled = True
+        self._amount = float(used)  # what its hold, if any, ends with
+
+    async def asettle(self, used: float) -> None:
+        """``settle`` over any store: over a RedisStore, for every client of the key (one round trip)."""
+        self.settle(used)
+
+    def _check_settle(self) -> None:
+        """RuntimeError unless the slot's grant may be settled now: entered, and not settled yet."""
         if not self._entered:
             raise RuntimeError(f"settle() of a slot never entered: {self!r} has taken no grant to settle")
         if self._settled:
             raise RuntimeError(f"{self!r} is settled already: a slot's grant is settled once only")
-        self._limiter._settle_grant(self._amount, used, self._held)
-        self._settled = True
-        self._amount = float(used)  # what its hold, if any, ends with
 
     def __repr__(self) -> str:
         return f"<Slot of {self._amount!r} on {self._limiter!r}>"
@@ -509,13 +517,17 @@ class Limiter(Generic[StoreT], Bucket):
         """Drops the waiters of closed loops (before the engine moves onto another loop's clock)."""
         self._owners.drop_closed()
 
-    def _settle_grant(self, taken: object, used: object, held: bool) -> None:
-        """settle's parameters checked (TypeError/ValueError naming them, nothing changed), then settled: held, a
-        window's grant that its slot still holds."""
+    def _settle_amounts(self, taken: object, used: object) -> tuple[float, float]:
+        """settle's parameters checked: TypeError/ValueError naming them."""
         x = _params.positive("taken", taken)
         if x > self.burst:
             raise ValueError(f"taken must not exceed burst ({self.burst!r}), the most a grant takes, got {taken!r}")
-        y = _params.non_negative("used", used)
+        return x, _params.non_negative("used", used)
+
+    def _settle_grant(self, taken: object, used: object, held: bool) -> None:
+        """settle's parameters checked (TypeError/ValueError naming them, nothing changed), then settled: held, a
+        window's grant that its slot still holds."""
+        x, y = self._settle_amounts(taken, used)
         self._settle_cost(x, y, held)
         if self.waiting:  # with no one queued, there is no one to re-time or fail
             self._settle()

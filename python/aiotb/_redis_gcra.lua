@@ -245,5 +245,29 @@ elseif op == 'limit' then  -- tokens, ns from now until the reset, slack ns: at 
     limit_until(s, count_of(W[2]), now + integer_of(W[3], 0, HORIZON), integer_of(W[4], 0, HORIZON), now)
     stored(s, now)
     return reply(OK)
+elseif op == 'settle' then  -- taken, used: a grant of taken cost used (limits.c's tb_limits_settle). Less: each
+    local taken, used = amount_of(W[2]), count_of(W[3])  -- rate gets the difference back, never fuller than full;
+    if taken > most(s) then                               -- more: each takes it now, as debt; 1 if a debt would
+        return reply(EINVAL)                              -- reach past HORIZON
+    end
+    local change = {}
+    for i, r in ipairs(s.r) do
+        change[i] = need(r, used) - need(r, taken)
+        if change[i] > 0 and math.max(r.f, now) + change[i] - now > HORIZON then
+            return reply(EINVAL)
+        end
+    end
+    for i, r in ipairs(s.r) do
+        if change[i] > 0 then
+            r.f = math.max(r.f, now) + change[i]
+        else
+            r.f = math.max(r.f + change[i], now)
+        end
+    end
+    if used > taken and s.lu and now < s.lu then  -- a limit's count loses a debt (never below 0)
+        s.ll = math.max(0, s.ll - (used - taken))
+    end
+    stored(s, now)
+    return reply(OK)
 end
 return redis.error_reply('aiotb: unknown operation ' .. tostring(op))

@@ -174,7 +174,22 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         self._rates = [*self._rates[:i], spec, *self._rates[i + 1:]]
 
     def _settle_cost(self, taken: float, used: float, held: bool) -> None:
-        raise refused("settle / asettle", "RedisStore")
+        raise TypeError("settle() over a RedisStore needs a round trip to Redis: await limiter.asettle(taken, used), "
+                        "or await slot.asettle(used)")
+
+    @on_its_loop
+    async def asettle(self, taken: float, used: float) -> None:
+        """A grant of ``taken`` tokens cost ``used``, for every client of the key (one round trip), as
+        ``Limiter.settle``: less, given back to each rate (a window's log keeps ``used`` for its first grant of
+        ``taken``); more, taken now as debt that delays every later grant. A reservation Redis made already keeps
+        its instant."""
+        x, y = self._settle_amounts(taken, used)
+        await self._store_rates.settle(x, y)
+
+    async def _settle_held(self, record: bytes, taken: float, used: float) -> bytes | None:
+        """Settles a window's grant held by record (a slot's): the record its hold ends with from now on."""
+        x, y = self._settle_amounts(taken, used)
+        return await self._store_rates.settle(x, y, record)
 
     @on_its_loop
     async def alimit_until(self, tokens: float, when: float) -> None:

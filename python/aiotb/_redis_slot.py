@@ -16,13 +16,14 @@ class RedisSlot(Slot):
     """``async with limiter.slot(amount):`` over a RedisStore: a window's grant is held in Redis
     until the block exits or ``release()``."""
 
-    __slots__ = ("_redis_limiter", "_record", "_ending")
+    __slots__ = ("_redis_limiter", "_record", "_ending", "_ended")
 
     def __init__(self, limiter: RedisLimiter, amount: float) -> None:
         super().__init__(limiter, amount)
         self._redis_limiter = limiter
         self._record: bytes | None = None
         self._ending: asyncio.Task[None] | None = None
+        self._ended: bytes | None = None  # the record of a hold that ended: the grant a settle after it names
 
     async def __aenter__(self) -> Self:
         self._record = await self._redis_limiter._acquire(self._amount, None, hold=self._limiter._window)
@@ -32,6 +33,7 @@ class RedisSlot(Slot):
     async def __aexit__(self, *exc_info: object) -> None:
         record, self._record = self._record, None
         if record is not None:
+            self._ended = record
             await self._redis_limiter._end_hold_of(record)
         elif self._ending is not None:
             await self._ending
@@ -46,7 +48,27 @@ class RedisSlot(Slot):
         block's exit waits for it); once only."""
         record, self._record = self._record, None
         if record is not None:
+            self._ended = record
             self._ending = asyncio.get_running_loop().create_task(self._redis_limiter._end_hold_of(record))
+
+    def settle(self, used: float) -> None:
+        """Not here: the grant is in Redis; ``await slot.asettle(used)``."""
+        raise TypeError("settle() over a RedisStore needs a round trip to Redis: await slot.asettle(used)")
+
+    async def asettle(self, used: float) -> None:
+        """The grant's real cost, for every client of the key (one round trip), as ``Slot.settle``: inside the
+        block a window's held grant counts ``used`` from its instant; after it, as ``limiter.asettle``."""
+        self._check_settle()
+        if self._ending is not None:  # a release's end of the hold goes first: the settle names the grant after it
+            await self._ending
+        if self._record is not None:
+            self._record = await self._redis_limiter._settle_held(self._record, self._amount, used)
+        elif self._ended is not None:
+            self._ended = await self._redis_limiter._settle_held(self._ended, self._amount, used)
+        else:
+            await self._redis_limiter.asettle(self._amount, used)
+        self._settled = True
+        self._amount = float(used)
 
     def __repr__(self) -> str:
         return f"<RedisSlot of {self._amount!r} on {self._limiter!r}>"

@@ -196,5 +196,45 @@ elseif op == 'limit' then  -- tokens, ns from now until the reset, slack ns: at 
     limit_until(s, count_of(W[2]), now + integer_of(W[3], 0, HORIZON), integer_of(W[4], 0, HORIZON), now)
     stored(s, now)
     return reply(OK)
+elseif op == 'settle' then  -- taken, used[, a held grant's record]: a grant of taken cost used (limits.c's
+    local taken, used = amount_of(W[2]), count_of(W[3])  -- window_settle): 0 and the grant's member now, if held
+    if taken > s.N then
+        return reply(EINVAL)
+    end
+    local member = W[4] and member_of(W[#W])
+    if used > taken and s.lu and now < s.lu then  -- a limit's count loses a debt (never below 0)
+        s.ll = math.max(0, s.ll - (used - taken))
+    end
+    if member then  -- held now, or given back: the grant keeps used from its instant (held: until its hold ends)
+        local score = redis.call('ZSCORE', log, member)
+        local at = score and tonumber(score)
+        if at and (at > now or used < taken) then
+            redis.call('ZREM', log, member)
+            member = string.match(member, '^%d+:') .. string.format('%.17g', used) .. (string.match(member, ':h$') or '')
+            if used > 0 then
+                redis.call('ZADD', log, at, member)
+            end
+            stored(s, now)
+            return reply(OK, member)
+        end
+    end
+    if used > taken then  -- the difference, taken now: a grant of it logged at now
+        s.q = s.q + 1
+        redis.call('ZADD', log, int(now), int(s.q) .. ':' .. string.format('%.17g', used - taken))
+    elseif not member then  -- the first grant of taken in the log not held now keeps used (none: it has left
+        local entries = redis.call('ZRANGE', log, 0, -1, 'WITHSCORES')  -- every window already)
+        for j = 1, #entries, 2 do
+            local q, amount, held = string.match(entries[j], '^(%d+):([^:]+)(:?h?)$')
+            if amount and tonumber(amount) == taken and tonumber(entries[j + 1]) <= now then
+                redis.call('ZREM', log, entries[j])
+                if used > 0 then
+                    redis.call('ZADD', log, entries[j + 1], q .. ':' .. string.format('%.17g', used) .. held)
+                end
+                break
+            end
+        end
+    end
+    stored(s, now)
+    return reply(OK, member)
 end
 return redis.error_reply('aiotb: unknown operation ' .. tostring(op))

@@ -399,6 +399,20 @@ class RedisRates(_Bound):
         (``Limiter.limit_until`` says how it tightens, replaces or keeps a limit running, by slack_ns)."""
         await self._store._run(self._definition, f"limit {float(tokens)!r} {span_ns} {slack_ns}")
 
+    async def settle(self, taken: float, used: float, record: bytes | None = None) -> bytes | None:
+        """A grant of taken cost used (``Limiter.settle``): less, given back to each rate (never fuller than
+        full); more, taken now as debt. A window's grant held by ``record`` keeps used from its instant: the
+        record its hold ends with from now on, else None. ValueError if a debt would reach past 26 days or taken
+        is above what a grant may take (the rate changed)."""
+        words = await self._store._run(self._definition, f"settle {taken!r} {used!r}".encode() +
+                                       (b" " + record if record is not None else b""))
+        if words[0] == b"1":
+            raise ValueError(f"used must leave each rate's debt within {MAX_PAUSE_NS} ns (26 days) and taken be "
+                             f"at most what a grant may take, got taken={taken!r}, used={used!r}")
+        if record is None:
+            return None
+        return b" ".join([*record.split(b" ")[:-1], words[1]])
+
     async def set_rate(self, index: int, ns_per_token: float, burst: float) -> None:
         """Changes rate index (from 0) for every client, keeping the tokens held now, at most the new burst."""
         await self._store._run(self._definition, f"set_rate {index + 1} {ns_per_token!r} {burst!r}")
