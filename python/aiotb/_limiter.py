@@ -79,15 +79,15 @@ class LimitDecorator(Protocol):
     def __call__(self, func: Callable[P, Awaitable[R]], /) -> Callable[P, Coroutine[Any, Any, R]]: ...
 
 
-class Slot:
+class Slot(Generic[StoreT]):
     """``async with limiter.slot(amount) as slot:``: takes ``amount`` tokens on entry; a window holds them
     until the block exits, so a request sent anywhere inside it counts in every window it may
     reach the server in. ``slot.settle(used)`` says what the grant really cost, once known."""
 
     __slots__ = ("_limiter", "_amount", "_held", "_entered", "_settled")
 
-    def __init__(self, limiter: Limiter[Any], amount: float) -> None:
-        self._limiter = limiter
+    def __init__(self, limiter: Limiter[StoreT], amount: float) -> None:
+        self._limiter: Limiter[Any] = limiter
         self._amount = amount
         self._held = False
         self._entered = False  # its grant was taken
@@ -116,7 +116,7 @@ class Slot:
             self._held = False
             self._limiter._end_hold(self._amount)
 
-    def settle(self, used: float) -> None:
+    def settle(self: LocalSlot, used: float) -> None:
         """The grant's real cost, known once its work is done: ``used`` tokens instead of the slot's amount,
         as ``Limiter.settle`` (less: the difference given back; more: taken now as debt). Inside the block or
         after it; once only. A window still holding the grant holds ``used`` instead, and logs it at the exit."""
@@ -127,7 +127,7 @@ class Slot:
 
     async def asettle(self, used: float) -> None:
         """``settle`` over any store: over a RedisStore, for every client of the key (one round trip)."""
-        self.settle(used)
+        cast("LocalSlot", self).settle(used)
 
     def _check_settle(self) -> None:
         """RuntimeError unless the slot's grant may be settled now: entered, and not settled yet."""
@@ -288,7 +288,7 @@ class Limiter(Generic[StoreT], Bucket):
 
         return decorate
 
-    def slot(self, amount: float = 1) -> Slot:
+    def slot(self, amount: float = 1) -> Slot[StoreT]:
         """``async with limiter.slot(amount):`` takes ``amount`` tokens on entry, as ``acquire``. A
         window holds them until the block exits: they count in every window from the grant until
         ``time_period`` after the exit, wherever inside the block the request reaches the server.
@@ -695,3 +695,4 @@ class WindowLimiter(Limiter[StoreT]):
 
 if TYPE_CHECKING:
     LocalLimiter: TypeAlias = "Limiter[None] | Limiter[SharedMemoryStore]"  # a limiter whose store answers at once
+    LocalSlot: TypeAlias = "Slot[None] | Slot[SharedMemoryStore]"  # a slot of one

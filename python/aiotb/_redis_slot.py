@@ -10,9 +10,10 @@ from ._limiter import Slot
 
 if TYPE_CHECKING:
     from ._redis_limiter import RedisLimiter
+    from ._store_redis import RedisStore
 
 
-class RedisSlot(Slot):
+class RedisSlot(Slot["RedisStore"]):
     """``async with limiter.slot(amount):`` over a RedisStore: a window's grant is held in Redis
     until the block exits or ``release()``."""
 
@@ -50,10 +51,6 @@ class RedisSlot(Slot):
         if record is not None:
             self._ended = record
             self._ending = asyncio.get_running_loop().create_task(self._redis_limiter._end_hold_of(record))
-
-    def settle(self, used: float) -> None:
-        """Not here: the grant is in Redis; ``await slot.asettle(used)``."""
-        raise TypeError("settle() over a RedisStore needs a round trip to Redis: await slot.asettle(used)")
 
     async def asettle(self, used: float) -> None:
         """The grant's real cost, for every client of the key (one round trip), as ``Slot.settle``: inside the
