@@ -572,3 +572,43 @@ def test_a_reservation_the_segment_refuses_fails_its_waiter_only(name: str, fail
     # Every waiter reserved (in order of arrival, each first time), and a refused one only once: it failed there.
     assert list(dict.fromkeys(segment.amounts)) == AMOUNTS, segment.amounts
     assert all(segment.amounts.count(AMOUNTS[i]) == 1 for i in failing), segment.amounts
+
+
+def test_settle_gives_back_and_takes_debt_for_every_process(name: str) -> None:
+    """settle over a SharedMemoryStore: the difference back to each rate (never fuller than full) or taken now as
+    debt, seen by a second limiter of the segment; 10 tokens an hour, so the test's own time refills nothing
+    that counts (a token in 6 minutes)."""
+    rates = [(10, 3600), (20, 3600, 12)]
+    a, b = (Limiter(rates=rates, store=SharedMemoryStore(name)) for _ in range(2))
+
+    async def main() -> list[float]:
+        seen = []
+        await a.acquire(5)
+        a.settle(5, 2)  # 3 back to each rate
+        seen.append(b.tokens)  # 10 - 2
+        await b.acquire(4)
+        await b.asettle(4, 7)  # 3 more, now
+        seen.append(a.tokens)  # 8 - 7
+        async with a.slot(1) as slot:
+            await slot.asettle(11)  # 10 more: owed 10 past empty
+        seen.append(b.tokens)
+        seen.append(await b._store_rates.fit_delay(1) / 1e9)  # 11 tokens of the first rate: 11 × 360 s
+        b.settle(1, 0)  # a refund reaches no fuller than full
+        return seen
+
+    seen = asyncio.run(main())
+    assert seen[:3] == [pytest.approx(8, abs=0.01), pytest.approx(1, abs=0.01), 0.0]
+    assert seen[3] == pytest.approx(11 * 360, abs=2)
+
+
+@pytest.mark.parametrize("taken, used, error, words", [
+    (0, 1, ValueError, "taken"), (11, 1, ValueError, "taken must not exceed burst"), ("x", 1, TypeError, "taken"),
+    (1, -1, ValueError, "used"), (1, float("inf"), ValueError, "used"), (1, 1e30, ValueError, "2.28 years")])
+def test_settle_refuses_bad_input_by_name_changing_nothing(name: str, taken: Any, used: Any,
+                                                           error: type[Exception], words: str) -> None:
+    limiter = Limiter(10, 3600, store=SharedMemoryStore(name))
+    assert limiter.try_acquire(4)
+    before = limiter.tokens
+    with pytest.raises(error, match=words):
+        limiter.settle(taken, used)
+    assert limiter.tokens == pytest.approx(before, abs=0.01)

@@ -173,7 +173,7 @@ class SharedLimiter(ReservingLimiter[SharedMemoryStore]):
         raise refused("limit_until, follow / alimit_until, afollow", "SharedMemoryStore")
 
     def _settle_cost(self, taken: float, used: float, held: bool) -> None:
-        raise refused("settle / asettle", "SharedMemoryStore")
+        at_once(self._store_rates.settle(taken, used))
 
     def _pause_until(self, when: float) -> None:
         rates = self._store_rates

@@ -77,6 +77,17 @@ class SharedRates:
         """As ``StoreRates.tokens``."""
         return self._call(self._segment.tokens, self._segment.now())
 
+    async def settle(self, taken: float, used: float) -> None:
+        """A grant of taken cost used, for every process: the difference given back to each rate (never fuller
+        than full) or taken now as debt. ValueError, nothing changed, if a debt would reach 2**56 ns (2.28 years)
+        ahead or taken is above a burst another process set."""
+        status = self._call(self._segment.settle, taken, used, self._segment.now())
+        if status == SHM_EINVAL:
+            raise ValueError(f"used must leave each rate's debt within 2**56 ns (2.28 years) and taken be at most "
+                             f"every burst, got taken={taken!r}, used={used!r}")
+        if status != SHM_OK:
+            raise self._corrupt()
+
     async def pause(self, span_ns: int) -> int:
         """As ``StoreRates.pause``."""
         segment = self._segment

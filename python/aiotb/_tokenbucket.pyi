@@ -137,6 +137,9 @@ class Segment:
     def cancel(self, record: bytes, now: int) -> int:
         """Cancels the reservation of record at now, giving back each rate no later reservation built on;
         returns how many rates it gave back."""
+    def settle(self, taken: float, used: float, now: int) -> int:
+        """Settles a grant of taken whose real cost was used: the difference given back or taken as debt;
+        returns the status (SHM_EINVAL: nothing changed)."""
     def tokens(self, now: int) -> float:
         """The tokens available at now: the fewest over the rates, 0 while paused."""
     def fit_at(self, amount: float, now: int) -> int:

@@ -142,6 +142,11 @@ tb_shm_status tb_shm_take_now(tb_shm *seg, double amount, tb_ns now);
 /* Cancels a reservation at now, giving back each rate no later reservation has built on (none once now is
  * at or past its instant); returns how many rates it gave back. */
 uint32_t tb_shm_cancel(tb_shm *seg, const tb_shm_reservation *r, tb_ns now);
+/* Settles a grant of taken (> 0, at most every burst) whose real cost was used (>= 0): each rate gets the
+ * difference back (never fuller than full) or takes it now as debt. TB_SHM_OK, TB_SHM_EINVAL (nothing changed:
+ * bad amounts, or a debt past TB_SHM_HORIZON), or TB_SHM_EFOREIGN (corrupt, or fought over: the rates before the
+ * one fought over are settled). */
+tb_shm_status tb_shm_settle(tb_shm *seg, double taken, double used, tb_ns now);
 /* Writes the tokens available at now (the fewest over the rates, 0 while paused): TB_SHM_OK, EINVAL, EFOREIGN. */
 tb_shm_status tb_shm_tokens(tb_shm *seg, tb_ns now, double *tokens);
 /* Writes the first instant >= now at which amount would be granted, taking nothing (TB_NEVER for amount over

@@ -138,6 +138,52 @@ uint32_t tb_shm_cancel(tb_shm *seg, const tb_shm_reservation *r, tb_ns now)
     return give_back(seg, r->nrates, r->before, r->after);
 }
 
+// Writes into *f the F of the rate viewed once a grant of taken that cost used is settled at now: the difference
+// given back (never fuller than full) or taken at now. A grant took need_of(taken); a cost of 0 takes nothing.
+// False, writing nothing, if the debt would then reach past the horizon.
+static bool settled_f(const tb_shm_view *view, double taken, double used, tb_ns now, tb_gcra *f)
+{
+    int64_t change = (used > 0 ? need_of(&view->rate, used) : 0) - need_of(&view->rate, taken);  /* saturated */
+    if (change <= 0) {  /* need_of(taken) is at most the burst's ticks: no overflow */
+        *f = view->f + change < tb_full_since(now) ? tb_full_since(now) : view->f + change;
+        return true;
+    }
+    int64_t owed = view->f - tb_at_tick(now);  /* F is read within the horizon of now */
+    if (change > DEBT_LIMIT - (owed > 0 ? owed : 0))
+        return false;
+    *f = tb_gcra_take(view->f, change, now);
+    return true;
+}
+
+tb_shm_status tb_shm_settle(tb_shm *seg, double taken, double used, tb_ns now)
+{
+    uint32_t nrates = shm_nrates(seg);
+    if (nrates == 0)
+        return TB_SHM_EFOREIGN;
+    if (!shm_clock_ok(now) || !(taken > 0) || !isfinite(taken) || !(used >= 0) || !isfinite(used))
+        return TB_SHM_EINVAL;
+    tb_shm_view views[TB_MAX_RATES];
+    tb_gcra f;
+    int tries = TB_SHM_TRIES;
+    if (view_all(seg, nrates, now, views, &tries) != TB_SHM_OK)
+        return TB_SHM_EFOREIGN;
+    if (!within_bursts(views, nrates, taken))
+        return TB_SHM_EINVAL;
+    for (uint32_t i = 0; i < nrates; i++)  /* a debt past the horizon: refused before any rate changes */
+        if (!settled_f(&views[i], taken, used, now, &f))
+            return TB_SHM_EINVAL;
+    for (uint32_t i = 0; i < nrates;) {
+        uint64_t expected = views[i].word;
+        if (settled_f(&views[i], taken, used, now, &f) &&
+            shm_cas(&seg->rates[i].state, &expected, state_word(f, views[i].generation)))
+            i++;
+        else if (!shm_retry(&tries) || tb_shm_view_rate(seg, i, now, &views[i], &tries) != TB_SHM_OK ||
+                 !(taken <= views[i].rate.burst))
+            return TB_SHM_EFOREIGN;  /* fought over, or changed under it past what it can settle */
+    }
+    return TB_SHM_OK;
+}
+
 tb_shm_status tb_shm_tokens(tb_shm *seg, tb_ns now, double *tokens)
 {
     uint32_t nrates = shm_nrates(seg);

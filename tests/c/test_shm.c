@@ -303,6 +303,28 @@ static void test_cancel_out_of_order_keeps_the_bound(void)
     free(seg);
 }
 
+// A grant settled with its real cost: the difference back (never fuller than full) or taken now as debt, on
+// every rate; bad amounts and a debt past the horizon change nothing.
+static void test_settle(void)
+{
+    tb_shm_params two[2] = {MS_10, {10e6, 4, 4}};  /* and 4 at most, one each 10 ms */
+    tb_shm *seg = created(2, two);
+    CHECK(tb_shm_take_now(seg, 3, 0) == TB_SHM_OK && tokens(seg, 0) == 1);
+    CHECK(tb_shm_settle(seg, 3, 1, 0) == TB_SHM_OK && tokens(seg, 0) == 3);        /* 2 back to each */
+    CHECK(tb_shm_settle(seg, 3, 0, 0) == TB_SHM_OK && tokens(seg, 0) == 4);        /* no fuller than full */
+    CHECK(tb_shm_take_now(seg, 2, 0) == TB_SHM_OK && tb_shm_settle(seg, 2, 9, 0) == TB_SHM_OK);
+    CHECK(tokens(seg, 0) == 0 && fit(seg, 1, 0) == 60 * MS);  /* 7 owed to the second rate: 5 past empty, 10 ms each */
+    uint64_t words[2] = {atomic_load(&seg->rates[0].state), atomic_load(&seg->rates[1].state)};
+    CHECK(tb_shm_settle(seg, 5, 1, 0) == TB_SHM_EINVAL);              /* over the smallest burst */
+    CHECK(tb_shm_settle(seg, 0, 1, 0) == TB_SHM_EINVAL && tb_shm_settle(seg, 1, -1, 0) == TB_SHM_EINVAL);
+    CHECK(tb_shm_settle(seg, 1, NAN, 0) == TB_SHM_EINVAL && tb_shm_settle(seg, 1, INFINITY, 0) == TB_SHM_EINVAL);
+    CHECK(tb_shm_settle(seg, 1, 1e30, 0) == TB_SHM_EINVAL);           /* a debt past the horizon */
+    CHECK(tb_shm_settle(seg, 1, 2, TB_MAX_SPAN) == TB_SHM_EINVAL);    /* a clock out of range */
+    CHECK(atomic_load(&seg->rates[0].state) == words[0] && atomic_load(&seg->rates[1].state) == words[1]);
+    CHECK(tb_shm_check(seg) == 0);
+    free(seg);
+}
+
 int main(void)
 {
     RUN(test_create_and_join);
@@ -314,5 +336,6 @@ int main(void)
     RUN(test_set_rate);
     RUN(test_several_rates);
     RUN(test_cancel_out_of_order_keeps_the_bound);
+    RUN(test_settle);
     return tests_summary();
 }

@@ -496,6 +496,23 @@ static PyObject *segment_fit_at(PyObject *op, PyObject *const *args, Py_ssize_t 
     return PyLong_FromLongLong(at);
 }
 
+// settle(taken, used, now): the status of settling a grant of taken whose real cost was used, for every process.
+static PyObject *segment_settle(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    SegmentObject *self = (SegmentObject *)op;
+    static const char *const names[] = {"taken", "used", "now"};
+    PyObject *values[3];
+    double taken, used;
+    tb_ns now;
+    if (bind_arguments("settle", names, 3, args, nargs, kwnames, values) < 0 ||
+        parse_real(self->state, "taken", values[0], &taken) < 0 ||
+        parse_real(self->state, "used", values[1], &used) < 0 || parse_ns("now", values[2], &now) < 0 ||
+        open_segment(self) == NULL)
+        return NULL;
+    tb_shm_status status = mapped_whole(self) ? tb_shm_settle(self->mapping.seg, taken, used, now) : TB_SHM_EFOREIGN;
+    return PyLong_FromLong(status);
+}
+
 /* ---- pause and rates ---- */
 
 // pause_until(until): no grant before until, for every process (an earlier instant than the pause's changes
@@ -614,6 +631,9 @@ static PyMethodDef segment_methods[] = {
     SEGMENT_METHOD(cancel, SEGMENT_KEYWORDS,
                    "cancel($self, /, record, now)\n--\n\nCancels the reservation of record at now, giving back each "
                    "rate no later reservation built on; returns how many rates it gave back."),
+    SEGMENT_METHOD(settle, SEGMENT_KEYWORDS,
+                   "settle($self, /, taken, used, now)\n--\n\nSettles a grant of taken whose real cost was used: "
+                   "the difference given back or taken as debt; returns the status (SHM_EINVAL: nothing changed)."),
     SEGMENT_METHOD(tokens, SEGMENT_KEYWORDS,
                    "tokens($self, /, now)\n--\n\nThe tokens available at now: the fewest over the rates, 0 while "
                    "paused."),
