@@ -1,16 +1,18 @@
 """aiotb: an exact, fair, cancellation-safe rate limiter for asyncio, with a C token-bucket engine."""
 
 from ._adaptive import AdaptiveLimiter
+from ._async_limiter import AsyncLimiter
 from ._core import IMPLEMENTATION
 from ._keyed import KeyedLimiter
 from ._lease_limiter import RedisLeaseLimiter
-from ._limiter import AsyncLimiter, LimitDecorator, Limiter, LimiterStats, Slot, WindowLimiter
+from ._limiter import LimitDecorator, Limiter, LimiterStats, Slot
 from ._redis_limiter import RedisLimiter
 from ._reservation import BaseReservation, RedisReservation, Reservation
 from ._signals import Quota, Signals
 from ._store import StoreCorrupt, StoreError, StoreUnavailable
 from ._store_redis import RedisStore
 from ._store_shm import SharedMemoryStore, _segment_type
+from ._window_limiter import WindowLimiter
 from . import _redis_window  # noqa: F401  (the limiter over a RedisStore's window enters itself)
 
 try:

@@ -4,7 +4,8 @@ over the window's script instead of the bucket's."""
 from __future__ import annotations
 
 from . import _params
-from ._limiter import WindowLimiter, serve
+from ._limiter import serve
+from ._window_limiter import WindowLimiter
 from ._redis_limiter import RedisLimiter, check_refill
 from ._store_redis import RedisStore
 

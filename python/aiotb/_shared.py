@@ -18,7 +18,8 @@ from . import _params
 from ._capabilities import refused
 from ._clock import is_monotonic_loop
 from ._core import Bucket
-from ._limiter import AsyncLimiter, aiolimiter_rate, serve
+from ._async_limiter import AsyncLimiter, aiolimiter_rate
+from ._limiter import serve
 from ._reserving import ReservingLimiter, Slot, Waiter
 from ._shm_rates import SharedRates
 from ._store import Reserved, StoreCorrupt, at_once
