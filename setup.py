@@ -37,8 +37,9 @@ def extensions() -> list:
         sanitize = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
         compile_args += sanitize
         link_args += sanitize
-    sources = ["src/_tokenbucket/_tokenbucketmodule.c", "src/_tokenbucket/limits.c", "src/_tokenbucket/queue.c"]
-    depends = ["src/_tokenbucket/limits.h", "src/_tokenbucket/queue.h", *glob.glob("src/_tokenbucket/binding/*.h")]
+    sources = ["src/_tokenbucket/_tokenbucketmodule.c", "src/_tokenbucket/limits.c", "src/_tokenbucket/window.c",
+               "src/_tokenbucket/queue.c"]
+    depends = ["src/_tokenbucket/limits.h", "src/_tokenbucket/window.h", "src/_tokenbucket/queue.h", *glob.glob("src/_tokenbucket/binding/*.h")]
     libraries = ["m"]
     if sys.platform.startswith("linux"):  # the shared segment (binding/segment.h: Linux only)
         sources += ["src/_tokenbucket/shm.c", "src/_tokenbucket/shm_grant.c", "src/_tokenbucket/shm_posix.c"]

@@ -27,17 +27,17 @@ from profiles import size
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "src" / "_tokenbucket"
 TESTS = ROOT / "tests" / "c"
-STORE = [CORE / "shm.c", CORE / "shm_grant.c", CORE / "limits.c"]
+STORE = [CORE / "shm.c", CORE / "shm_grant.c", CORE / "limits.c", CORE / "window.c"]
 SOURCES = {
-    "test_limits": [TESTS / "test_limits.c", CORE / "limits.c"],
-    "test_queue": [TESTS / "test_queue.c", CORE / "queue.c", CORE / "limits.c"],
-    "test_grant": [TESTS / "test_grant.c", CORE / "queue.c", CORE / "limits.c"],
+    "test_limits": [TESTS / "test_limits.c", CORE / "limits.c", CORE / "window.c"],
+    "test_queue": [TESTS / "test_queue.c", CORE / "queue.c", CORE / "limits.c", CORE / "window.c"],
+    "test_grant": [TESTS / "test_grant.c", CORE / "queue.c", CORE / "limits.c", CORE / "window.c"],
     "test_shm": [TESTS / "test_shm.c", *STORE],
     "test_shm_sequences": [TESTS / "test_shm_sequences.c", *STORE],
     "test_shm_threads": [TESTS / "test_shm_threads.c", *STORE],
     "test_shm_processes": [TESTS / "test_shm_processes.c", *STORE, CORE / "shm_posix.c"],
-    "test_shm_model": [TESTS / "test_shm_model.c", CORE / "limits.c"],  # it includes the store with a step hook
-    "test_shm_hostile": [TESTS / "test_shm_hostile.c", CORE / "limits.c"],  # so does it, a hostile writer's
+    "test_shm_model": [TESTS / "test_shm_model.c", CORE / "limits.c", CORE / "window.c"],  # it includes the store with a step hook
+    "test_shm_hostile": [TESTS / "test_shm_hostile.c", CORE / "limits.c", CORE / "window.c"],  # so does it, a hostile writer's
 }
 THREADED = ["test_shm_threads"]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1"]

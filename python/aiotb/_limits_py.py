@@ -7,9 +7,9 @@ are ints where C has int64 nanoseconds, Python floats (C doubles) stand for doub
 to int64 are ``int()`` (truncation) and its truncating ``/`` and ``%`` on ticks give the same
 ceiling as ``-(-t // 16)``, so both give bit-identical results. Where it differs: ints do not
 overflow (C's arithmetic is undefined past int64, which the ranges of TB_MAX_SPAN exclude); a
-rate's F is returned by ``_consume`` rather than updated through a pointer; the window's log is a
-list that always grows (C merges a grant into the newest when memory is short, and its
-projection answers NEVER when it cannot copy the log); a status is an int constant (``OK``,
+rate's F is returned by ``_consume`` rather than updated through a pointer; the window is
+``_window_py``'s, the twin of window.c (C's projection answers NEVER when it cannot copy the
+window's log); a status is an int constant (``OK``,
 ``EINVAL``, ...); the amounts ahead of a projection come from a Python iterator; ``check()``
 runs after each mutating operation only when ``DEBUG_CHECKS`` is set (C: debug builds)."""
 
@@ -18,10 +18,11 @@ from __future__ import annotations
 import math
 from typing import Iterator, NamedTuple
 
+from ._window_py import NEVER, Grant, Window
+
 __all__ = ["OK", "EINVAL", "ENOMEM", "ETOOLATE", "NEVER", "NO_PAUSE", "MAX_SPAN", "MAX_RATES", "TICKS_PER_NS", "Rate",
            "Grant", "Window", "Limits", "Ahead"]
 
-NEVER = (1 << 63) - 1  # TB_NEVER: "no deadline" / "no one waits"
 NO_PAUSE = -(1 << 63)  # INT64_MIN: paused_until of limits never paused
 MAX_SPAN = 1 << 58  # TB_MAX_SPAN: longest refill of a full bucket, bound of |clock readings|, ns (~9.1 years)
 TICKS_PER_NS = 16  # TB_TICKS_PER_NS: the resolution of a rate's state F
@@ -52,37 +53,6 @@ class Rate:
         self.initial = initial  # tokens at the first reading of the clock
         self.burst_ticks = _ticks(self.burst_ns)  # burst_ns in ticks, rounded up like every need
         self.token_ticks = _ticks(ns_per_token)  # ns_per_token in ticks, rounded up: the need of one token
-
-
-class Grant:
-    """tb_grant: a logged grant of the window."""
-
-    __slots__ = ("at", "amount")
-
-    def __init__(self, at: int, amount: float) -> None:
-        self.at = at  # when it was granted
-        self.amount = amount
-
-
-class Window:
-    """tb_window: at most limit tokens granted in any [t, t + period); period 0: no window. A grant
-    held while in use is inside every window until its hold ends, then logged as of that instant."""
-
-    __slots__ = ("period", "limit", "log", "held", "holds")
-
-    def __init__(self, period: int = 0, limit: float = 0.0) -> None:
-        self.period = period
-        self.limit = limit
-        self.log: list[Grant] = []  # grants that may still be inside a window, oldest first
-        self.held = 0.0  # tokens of the grants held, inside every window until their holds end
-        self.holds = 0  # how many grants are held: held is 0 exactly when none is
-
-    def copy(self) -> Window:
-        """A copy owning a copy of the log."""
-        twin = Window(self.period, self.limit)
-        twin.log = [Grant(grant.at, grant.amount) for grant in self.log]
-        twin.held, twin.holds = self.held, self.holds
-        return twin
 
 
 class Ahead(NamedTuple):
@@ -174,112 +144,11 @@ def _holding(r: Rate, tokens: float, now: int) -> int:
     return _at_tick(now) + _ticks((r.burst - (tokens if tokens < r.burst else r.burst)) * r.ns_per_token)
 
 
-# ---- the window: a log of grants, oldest first ----
-
-def _window_used(w: Window, t: int) -> float:
-    """Tokens of the grants inside the window that ends at t: the held ones, and the logged ones newer than t - period."""
-    used = w.held
-    for grant in w.log:
-        if grant.at > t - w.period:
-            used += grant.amount
-    return used
-
-
-def _window_fits(w: Window, amount: float, t: int) -> bool:
-    """Whether amount more fits in the window ending at t."""
-    return w.period == 0 or _window_used(w, t) + amount <= w.limit
-
-
-def _window_fit_at(w: Window, amount: float, t: int) -> int:
-    """First instant >= t at which amount more fits in the window: when enough old grants have left it,
-    the held ones leaving at t + period should their holds end at t."""
-    if _window_fits(w, amount, t):
-        return t
-    for grant in w.log:  # a grant leaves the window at its at + period
-        leaves = grant.at + w.period
-        if leaves > t and _window_fits(w, amount, leaves):
-            return leaves
-    return t + w.period if amount <= w.limit else NEVER  # every logged grant is out by then
-
-
-def _window_forget(w: Window, now: int) -> None:
-    """Drops the grants that no window ending at now or later can see."""
-    log = w.log
-    drop = 0
-    while drop < len(log) and log[drop].at <= now - w.period:
-        drop += 1
-    del log[:drop]
-
-
-def _window_record(w: Window, amount: float, t: int) -> None:
-    """Logs a grant of amount at t (never before the newest logged grant)."""
-    if w.period == 0:
-        return
-    _window_forget(w, t)
-    if w.log and w.log[-1].at > t:
-        t = w.log[-1].at  # keep the log in time order
-    w.log.append(Grant(t, amount))
-
-
-def _window_unrecord(w: Window, amount: float) -> None:
-    """Takes back a logged grant of amount: the oldest of that size."""
-    for i, grant in enumerate(w.log):
-        if grant.amount == amount:
-            del w.log[i]
-            return
-
-
 def _debt_in_range(f: int, debt_ticks: int, now: int) -> bool:
     """Whether debt more ticks may be taken from the rate at F f at now: the rate then full at most MAX_SPAN
     after now."""
     owed = _debt(f, now)
     return debt_ticks <= _at_tick(MAX_SPAN) - (owed if owed > 0 else 0)
-
-
-def _window_hold(w: Window, amount: float) -> None:
-    """Moves amount of the newest logged grants into the held ones."""
-    if w.period == 0:
-        return
-    w.held += amount
-    w.holds += 1
-    log = w.log
-    while amount > 0 and log:
-        newest = log[-1]
-        if newest.amount > amount:
-            newest.amount -= amount
-            return
-        amount -= newest.amount
-        log.pop()
-
-
-def _window_end_hold(w: Window, amount: float, now: int) -> None:
-    """Ends a hold of amount at now, logging it then; nothing if no grant is held."""
-    if w.holds == 0:
-        return
-    w.holds -= 1
-    w.held = 0.0 if w.holds == 0 or amount > w.held else w.held - amount
-    if amount > 0:  # a hold settled at no cost logs nothing
-        _window_record(w, amount, now)
-
-
-def _window_settle(w: Window, taken: float, used: float, held: bool, now: int) -> None:
-    """Changes the window's record of a grant of taken that cost used: see Limits.settle."""
-    if w.period == 0:
-        return
-    if held:
-        w.held = 0.0 if used - taken < -w.held else w.held + (used - taken)
-        return
-    if used > taken:
-        _window_record(w, used - taken, now)
-        return
-    for i, grant in enumerate(w.log):
-        if grant.amount != taken:
-            continue
-        if used > 0:
-            grant.amount = used
-            return
-        del w.log[i]
-        return
 
 
 # ---- every limit at once ----
@@ -291,7 +160,7 @@ def _all_fit(l: Limits, amount: float, t: int) -> bool:
     for r, f in zip(l.rates, l.state):
         if not _fits(r, f, _ticks(amount * r.ns_per_token), t):
             return False
-    return _window_fits(l.window, amount, t)
+    return l.window.fits(amount, t)
 
 
 def _all_fit_at(l: Limits, amount: float, t: int) -> int:
@@ -306,7 +175,7 @@ def _all_fit_at(l: Limits, amount: float, t: int) -> int:
         ready = _rate_fit_at(r, f, _ticks(amount * r.ns_per_token), t)
         if ready > t:
             t = ready
-    opens = _window_fit_at(l.window, amount, t)
+    opens = l.window.fit_at(amount, t)
     return opens if opens > t else t
 
 
@@ -314,7 +183,7 @@ def _take_all(l: Limits, amount: float, rates_at: int, now: int) -> None:
     """Grants amount: the rates as of rates_at (never after now), the window and a running limit at now."""
     for i, r in enumerate(l.rates):
         l.state[i] = _consume(l.state[i], _ticks(amount * r.ns_per_token), rates_at)
-    _window_record(l.window, amount, now)
+    l.window.record(amount, now)
     if now < l.limited_until:
         l.limited_left = l.limited_left - amount if amount < l.limited_left else 0.0
 
@@ -416,7 +285,7 @@ class Limits:
 
     def release(self) -> None:
         """Frees the window's log."""
-        self.window.log = []
+        self.window.release()
 
     # ---- grants ----
 
@@ -433,7 +302,7 @@ class Limits:
         self.anchor(now)
         if now < self.paused_until:
             return 0.0
-        tokens = self.window.limit - _window_used(self.window, now) if self.window.period else math.inf
+        tokens = self.window.limit - self.window.used(now) if self.window.period else math.inf
         for r, f in zip(self.rates, self.state):
             held = _rate_tokens(r, f, now)
             if held < tokens:
@@ -489,7 +358,7 @@ class Limits:
             self.state[i] -= _ticks_down(amount * r.ns_per_token)
             if self.state[i] < _full_since(now):
                 self.state[i] = _full_since(now)
-        _window_unrecord(self.window, amount)
+        self.window.unrecord(amount)
         _debug_check(self)
 
     def settle(self, taken: float, used: float, held: bool, now: int) -> int:
@@ -516,7 +385,7 @@ class Limits:
                 self.state[i] += step
                 if self.state[i] < _full_since(now):
                     self.state[i] = _full_since(now)
-        _window_settle(self.window, taken, used, held, now)
+        self.window.settle(taken, used, held, now)
         if used > taken and now < self.limited_until:
             self.limited_left = self.limited_left - (used - taken) if used - taken < self.limited_left else 0.0
         _debug_check(self)
@@ -538,14 +407,14 @@ class Limits:
         """Holds a grant of amount just taken while it is in use: the window's newest logged grants, up
         to amount, count until its hold ends instead (a window only; stricter, never looser, should
         another grant be newer than it)."""
-        _window_hold(self.window, amount)
+        self.window.hold(amount)
         _debug_check(self)
 
     def end_hold(self, amount: float, now: int) -> None:
         """Ends the hold of a grant of amount at now: it leaves the window at now + period (nothing if
         no grant is held)."""
         self.anchor(now)
-        _window_end_hold(self.window, amount, now)
+        self.window.end_hold(amount, now)
         _debug_check(self)
 
     # ---- projection ----
@@ -580,7 +449,7 @@ class Limits:
         if not self.anchored:
             return True
         if self.paused_until > now or self.limited_until > now or self.window.holds > 0 or (
-                self.window.period and _window_used(self.window, now) > 0):
+                self.window.period and self.window.used(now) > 0):
             return False
         return all(_debt(f, now) <= 0 for f in self.state)
 
@@ -654,8 +523,7 @@ class Limits:
             if self.state[i] < _full_since(then):
                 self.state[i] = _full_since(then)
             self.state[i] += _at_tick(shift)
-        for grant in self.window.log:
-            grant.at += shift
+        self.window.shift(shift)
         if self.paused_until != NO_PAUSE:
             self.paused_until += shift
         if self.limited_until != NO_PAUSE:
@@ -673,11 +541,4 @@ class Limits:
                 return 1
         if self.max_amount != _most_grantable(self) or not self.limited_left >= 0:
             return 1
-        w = self.window
-        if not w.held >= 0 or (w.holds == 0 and w.held != 0):
-            return 10
-        log = w.log
-        for i in range(1, len(log)):
-            if log[i].at < log[i - 1].at or not _positive(log[i].amount):
-                return 10
-        return 0
+        return 0 if self.window.ok() else 10

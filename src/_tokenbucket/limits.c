@@ -1,12 +1,11 @@
-/* Token arithmetic of aiotb's core: the rates, the window and the pause; see limits.h. */
+/* Token arithmetic of aiotb's core: the rates, the pause and the limit, with the window of window.c; see limits.h. */
 #include "limits.h"
+#include "window.h"
 
 #include <assert.h>
 #include <math.h>
-#include <stdlib.h>
 
 #define HORIZON TB_MAX_SPAN  /* ns: projections this far read TB_NEVER, so F stays below 2^63 ticks */
-#define MIN_LOG 16u     /* grants the window's first log holds */
 #define REPLAY_UP_TO 64 /* amounts ahead a one-rate projection replays exactly, rather than bound */
 
 #ifndef NDEBUG
@@ -95,125 +94,6 @@ tb_gcra tb_rate_holding(const tb_rate *r, double tokens, tb_ns now)
     return tb_at_tick(now) + tb_ticks((r->burst - (tokens < r->burst ? tokens : r->burst)) * r->ns_per_token);
 }
 
-/* ---- the window: a log of grants, oldest first ---- */
-
-// The i-th oldest grant in the log.
-static tb_grant *log_at(const tb_window *w, uint32_t i)
-{
-    return &w->log[(w->log_first + i) % w->log_capacity];
-}
-
-// Tokens of the grants inside the window that ends at t: the held ones, and the logged ones newer than t - period.
-static double window_used(const tb_window *w, tb_ns t)
-{
-    double used = w->held;
-    for (uint32_t i = 0; i < w->log_count; i++) {
-        const tb_grant *g = log_at(w, i);
-        if (g->at > t - w->period)
-            used += g->amount;
-    }
-    return used;
-}
-
-// Whether amount more fits in the window ending at t.
-static bool window_fits(const tb_window *w, double amount, tb_ns t)
-{
-    return w->period == 0 || window_used(w, t) + amount <= w->limit;
-}
-
-// First instant >= t at which amount more fits in the window: when enough old grants have left it,
-// the held ones leaving at t + period should their holds end at t.
-static tb_ns window_fit_at(const tb_window *w, double amount, tb_ns t)
-{
-    if (window_fits(w, amount, t))
-        return t;
-    for (uint32_t i = 0; i < w->log_count; i++) {  /* grant i leaves the window at its at + period */
-        tb_ns leaves = log_at(w, i)->at + w->period;
-        if (leaves > t && window_fits(w, amount, leaves))
-            return leaves;
-    }
-    return amount <= w->limit ? t + w->period : TB_NEVER;  /* every logged grant is out by then */
-}
-
-// Drops the grants that no window ending at now or later can see.
-static void window_forget(tb_window *w, tb_ns now)
-{
-    while (w->log_count > 0 && log_at(w, 0)->at <= now - w->period) {
-        w->log_first = (w->log_first + 1) % w->log_capacity;
-        w->log_count--;
-    }
-}
-
-// Logs a grant of amount at t. Should the log fail to grow, the grant is merged into the newest,
-// which then counts for longer than its own: stricter, never looser.
-static void window_record(tb_window *w, double amount, tb_ns t)
-{
-    if (w->period == 0)
-        return;
-    window_forget(w, t);
-    if (w->log_count > 0 && log_at(w, w->log_count - 1)->at > t)
-        t = log_at(w, w->log_count - 1)->at;  /* keep the log in time order */
-    if (w->log_count == w->log_capacity) {
-        uint32_t grown = w->log_capacity * 2;
-        tb_grant *log = grown > w->log_capacity ? malloc((size_t)grown * sizeof *log) : NULL;
-        if (log == NULL) {
-            tb_grant *newest = log_at(w, w->log_count - 1);
-            newest->amount += amount;
-            newest->at = t;
-            return;
-        }
-        for (uint32_t i = 0; i < w->log_count; i++)
-            log[i] = *log_at(w, i);
-        free(w->log);
-        w->log = log;
-        w->log_first = 0;
-        w->log_capacity = grown;
-    }
-    *log_at(w, w->log_count++) = (tb_grant){.at = t, .amount = amount};
-}
-
-// Takes back a logged grant of amount: the oldest of that size, so the log errs on the strict side.
-static void window_unrecord(tb_window *w, double amount)
-{
-    for (uint32_t i = 0; i < w->log_count; i++) {
-        if (log_at(w, i)->amount != amount)
-            continue;
-        for (uint32_t j = i; j + 1 < w->log_count; j++)
-            *log_at(w, j) = *log_at(w, j + 1);
-        w->log_count--;
-        return;
-    }
-}
-
-// Moves amount of the newest logged grants into the held ones.
-static void window_hold(tb_window *w, double amount)
-{
-    if (w->period == 0)
-        return;
-    w->held += amount;
-    w->holds++;
-    while (amount > 0 && w->log_count > 0) {
-        tb_grant *newest = log_at(w, w->log_count - 1);
-        if (newest->amount > amount) {
-            newest->amount -= amount;
-            return;
-        }
-        amount -= newest->amount;
-        w->log_count--;
-    }
-}
-
-// Ends a hold of amount at now, logging it then; nothing if no grant is held.
-static void window_end_hold(tb_window *w, double amount, tb_ns now)
-{
-    if (w->holds == 0)
-        return;
-    w->holds--;
-    w->held = w->holds == 0 || amount > w->held ? 0 : w->held - amount;
-    if (amount > 0)  /* a hold settled at no cost logs nothing */
-        window_record(w, amount, now);
-}
-
 /* ---- every limit at once ---- */
 
 // Whether amount can be granted at t by every limit.
@@ -224,7 +104,7 @@ static bool all_fit(const tb_limits *l, double amount, tb_ns t)
     for (uint32_t i = 0; i < l->nrates; i++)
         if (!fits(&l->rates[i], l->state[i], tb_ticks(amount * l->rates[i].ns_per_token), t))
             return false;
-    return window_fits(&l->window, amount, t);
+    return tb_window_fits(&l->window, amount, t);
 }
 
 // First instant >= t at which every limit grants amount: each fits from some instant on, so the latest.
@@ -241,7 +121,7 @@ static tb_ns all_fit_at(const tb_limits *l, double amount, tb_ns t)
         if (ready > t)
             t = ready;
     }
-    tb_ns open = window_fit_at(&l->window, amount, t);
+    tb_ns open = tb_window_fit_at(&l->window, amount, t);
     return open > t ? open : t;
 }
 
@@ -250,7 +130,7 @@ static void take_all(tb_limits *l, double amount, tb_ns rates_at, tb_ns now)
 {
     for (uint32_t i = 0; i < l->nrates; i++)
         l->state[i] = tb_gcra_take(l->state[i], tb_ticks(amount * l->rates[i].ns_per_token), rates_at);
-    window_record(&l->window, amount, now);
+    tb_window_record(&l->window, amount, now);
     if (now < l->limited_until)
         l->limited_left = amount < l->limited_left ? l->limited_left - amount : 0;
 }
@@ -293,12 +173,8 @@ tb_status tb_limits_init_window(tb_limits *l, tb_ns period, double limit)
     if (period <= 0 || period > TB_MAX_SPAN || !positive(limit))
         return TB_EINVAL;
     *l = (tb_limits){.paused_until = INT64_MIN, .limited_until = INT64_MIN};
-    l->window.log = malloc(MIN_LOG * sizeof *l->window.log);
-    if (l->window.log == NULL)
+    if (tb_window_init(&l->window, period, limit) != TB_OK)
         return TB_ENOMEM;
-    l->window.log_capacity = MIN_LOG;
-    l->window.period = period;
-    l->window.limit = limit;
     l->max_amount = limit;
     debug_check(l);
     return TB_OK;
@@ -318,9 +194,7 @@ tb_status tb_limits_add_rate(tb_limits *l, double ns_per_token, double burst, do
 
 void tb_limits_release(tb_limits *l)
 {
-    free(l->window.log);
-    l->window.log = NULL;
-    l->window.log_capacity = l->window.log_count = 0;
+    tb_window_release(&l->window);
 }
 
 /* ---- grants ---- */
@@ -339,7 +213,7 @@ double tb_limits_tokens(tb_limits *l, tb_ns now)
     tb_limits_anchor(l, now);
     if (now < l->paused_until)
         return 0;
-    double tokens = l->window.period ? l->window.limit - window_used(&l->window, now) : INFINITY;
+    double tokens = l->window.period ? l->window.limit - tb_window_used(&l->window, now) : INFINITY;
     for (uint32_t i = 0; i < l->nrates; i++) {
         double held = tb_rate_tokens(&l->rates[i], l->state[i], now);
         if (held < tokens)
@@ -413,7 +287,7 @@ void tb_limits_refund(tb_limits *l, double amount, tb_ns now)
         if (l->state[i] < tb_full_since(now))
             l->state[i] = tb_full_since(now);
     }
-    window_unrecord(&l->window, amount);
+    tb_window_unrecord(&l->window, amount);
     debug_check(l);
 }
 
@@ -422,33 +296,6 @@ static bool debt_in_range(tb_gcra f, int64_t debt_ticks, tb_ns now)
 {
     int64_t owed = debt(f, now);
     return debt_ticks <= tb_at_tick(TB_MAX_SPAN) - (owed > 0 ? owed : 0);
-}
-
-// Changes the window's record of a grant of taken that cost used: see tb_limits_settle.
-static void window_settle(tb_window *w, double taken, double used, bool held, tb_ns now)
-{
-    if (w->period == 0)
-        return;
-    if (held) {
-        w->held = used - taken < -w->held ? 0 : w->held + (used - taken);
-        return;
-    }
-    if (used > taken) {
-        window_record(w, used - taken, now);
-        return;
-    }
-    for (uint32_t i = 0; i < w->log_count; i++) {
-        if (log_at(w, i)->amount != taken)
-            continue;
-        if (used > 0) {
-            log_at(w, i)->amount = used;
-            return;
-        }
-        for (uint32_t j = i; j + 1 < w->log_count; j++)
-            *log_at(w, j) = *log_at(w, j + 1);
-        w->log_count--;
-        return;
-    }
 }
 
 tb_status tb_limits_settle(tb_limits *l, double taken, double used, bool held, tb_ns now)
@@ -473,7 +320,7 @@ tb_status tb_limits_settle(tb_limits *l, double taken, double used, bool held, t
                 l->state[i] = tb_full_since(now);
         }
     }
-    window_settle(&l->window, taken, used, held, now);
+    tb_window_settle(&l->window, taken, used, held, now);
     if (used > taken && now < l->limited_until)
         l->limited_left = used - taken < l->limited_left ? l->limited_left - (used - taken) : 0;
     debug_check(l);
@@ -495,14 +342,14 @@ void tb_limits_reckon_late(tb_limits *l, double amount, tb_ns now)
 
 void tb_limits_hold(tb_limits *l, double amount)
 {
-    window_hold(&l->window, amount);
+    tb_window_hold(&l->window, amount);
     debug_check(l);
 }
 
 void tb_limits_end_hold(tb_limits *l, double amount, tb_ns now)
 {
     tb_limits_anchor(l, now);
-    window_end_hold(&l->window, amount, now);
+    tb_window_end_hold(&l->window, amount, now);
     debug_check(l);
 }
 
@@ -511,18 +358,9 @@ void tb_limits_end_hold(tb_limits *l, double amount, tb_ns now)
 // Grant instant of amount behind the amounts ahead, found by granting them in order on a copy of the limits.
 static tb_ns simulated_grant(const tb_limits *l, const tb_ahead *ahead, double amount, tb_ns now)
 {
-    tb_limits copy = *l;  /* owns a copy of the window's log */
-    copy.window.log = NULL;
-    copy.window.log_first = copy.window.log_capacity = copy.window.log_count = 0;
-    if (l->window.period) {
-        copy.window.log_capacity = l->window.log_count + (uint32_t)ahead->count + 1;
-        copy.window.log = malloc((size_t)copy.window.log_capacity * sizeof *copy.window.log);
-        if (copy.window.log == NULL)
-            return TB_NEVER;  /* cannot tell: promise nothing */
-        for (uint32_t i = 0; i < l->window.log_count; i++)
-            copy.window.log[i] = *log_at(&l->window, i);
-        copy.window.log_count = l->window.log_count;
-    }
+    tb_limits copy = *l;  /* owns a copy of the window's log, with room for the grants ahead and this one */
+    if (ahead->count >= UINT32_MAX || !tb_window_copy(&l->window, &copy.window, (uint32_t)ahead->count + 1))
+        return TB_NEVER;  /* cannot tell: promise nothing */
     tb_ns t = now;
     double next;
     while (t < HORIZON && ahead->next(ahead->cursor, &next)) {
@@ -534,7 +372,7 @@ static tb_ns simulated_grant(const tb_limits *l, const tb_ahead *ahead, double a
         t = all_fit_at(&copy, amount, t);
     if (t >= HORIZON)
         t = TB_NEVER;
-    free(copy.window.log);
+    tb_window_release(&copy.window);
     return t;
 }
 
@@ -567,7 +405,7 @@ bool tb_limits_full(const tb_limits *l, tb_ns now)
     if (!l->anchored)
         return true;
     if (l->paused_until > now || l->limited_until > now || l->window.holds > 0 ||
-        (l->window.period && window_used(&l->window, now) > 0))
+        (l->window.period && tb_window_used(&l->window, now) > 0))
         return false;
     for (uint32_t i = 0; i < l->nrates; i++)
         if (debt(l->state[i], now) > 0)
@@ -649,8 +487,7 @@ void tb_limits_rebase(tb_limits *l, tb_ns then, tb_ns now)
             l->state[i] = tb_full_since(then);
         l->state[i] += tb_at_tick(shift);
     }
-    for (uint32_t i = 0; i < l->window.log_count; i++)
-        log_at(&l->window, i)->at += shift;
+    tb_window_shift(&l->window, shift);
     if (l->paused_until != INT64_MIN)
         l->paused_until += shift;
     if (l->limited_until != INT64_MIN)
@@ -670,13 +507,5 @@ int tb_limits_check(const tb_limits *l)
     }
     if (l->max_amount != most_grantable(l) || !(l->limited_left >= 0))
         return 1;
-    const tb_window *w = &l->window;
-    if (w->period && (w->log_count > w->log_capacity || w->log_first >= w->log_capacity))
-        return 10;
-    if (!(w->held >= 0) || (w->holds == 0 && w->held != 0))
-        return 10;
-    for (uint32_t i = 1; i < w->log_count; i++)
-        if (log_at(w, i)->at < log_at(w, i - 1)->at || !positive(log_at(w, i)->amount))
-            return 10;
-    return 0;
+    return tb_window_ok(&l->window) ? 0 : 10;
 }

@@ -3,7 +3,7 @@
  * any framework:
  *
  *     cc -std=c11 -O2 -Isrc/_tokenbucket -Itests/c tests/c/test_grant.c \
- *        src/_tokenbucket/queue.c src/_tokenbucket/limits.c -lm
+ *        src/_tokenbucket/queue.c src/_tokenbucket/limits.c src/_tokenbucket/window.c -lm
  *     ./a.out [drift_grants]
  *
  * drift_grants (default 10^7) sets the length of the longest drift runs, so that slow

@@ -1,6 +1,6 @@
 /* Unit tests of the limits alone (src/_tokenbucket/limits.c), run without any framework:
  *
- *     cc -std=c11 -O2 -Isrc/_tokenbucket -Itests/c tests/c/test_limits.c src/_tokenbucket/limits.c -lm
+ *     cc -std=c11 -O2 -Isrc/_tokenbucket -Itests/c tests/c/test_limits.c src/_tokenbucket/limits.c src/_tokenbucket/window.c -lm
  *     ./a.out
  *
  * Prints one line per failed check and ends with "N passed, M failed"; exits non-zero if any

@@ -3,7 +3,7 @@
  * framework:
  *
  *     cc -std=c11 -O2 -Isrc/_tokenbucket -Itests/c tests/c/test_queue.c \
- *        src/_tokenbucket/queue.c src/_tokenbucket/limits.c -lm && ./a.out
+ *        src/_tokenbucket/queue.c src/_tokenbucket/limits.c src/_tokenbucket/window.c -lm && ./a.out
  *
  * Prints one line per failed check and ends with "N passed, M failed"; exits non-zero if any test
  * failed. Every operation that can change a bucket goes through checked_bucket.h, which runs tb_check

@@ -2,7 +2,7 @@
  * foreign and corrupt segments, and exact values of every operation on hand-computed cases:
  *
  *     cc -std=c11 -O2 -Isrc/_tokenbucket -Itests/c tests/c/test_shm.c src/_tokenbucket/shm*.c \
- *        src/_tokenbucket/limits.c -lm && ./a.out
+ *        src/_tokenbucket/limits.c src/_tokenbucket/window.c -lm && ./a.out
  *
  * Threads hammering one segment are in test_shm_threads.c, the model check of the protocol in test_shm_model.c. */
 #include <string.h>

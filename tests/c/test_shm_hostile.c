@@ -3,7 +3,7 @@
  * another process mapping it could. Each case runs in a child process, so that a crash or a hang (an alarm)
  * fails that case alone:
  *
- *     cc -std=c11 -O2 -Isrc/_tokenbucket -Itests/c tests/c/test_shm_hostile.c src/_tokenbucket/limits.c -lm
+ *     cc -std=c11 -O2 -Isrc/_tokenbucket -Itests/c tests/c/test_shm_hostile.c src/_tokenbucket/limits.c src/_tokenbucket/window.c -lm
  *
  * What must hold: every read of the header is bounded by the value checked (the segment ends at a page that
  * cannot be read, so a read past it crashes), and every retry loop gives up with TB_SHM_EFOREIGN, however the

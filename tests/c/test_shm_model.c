@@ -6,7 +6,7 @@
  * crashed process had in flight, the cancels, and a tick a change); the segment's invariants; and that it
  * serves a reservation and a set_rate alone. A process that takes too many steps is stuck: a failure.
  *
- *     cc -std=c11 -O2 -Isrc/_tokenbucket -Itests/c tests/c/test_shm_model.c src/_tokenbucket/limits.c -lm
+ *     cc -std=c11 -O2 -Isrc/_tokenbucket -Itests/c tests/c/test_shm_model.c src/_tokenbucket/limits.c src/_tokenbucket/window.c -lm
  *
  * A process is a coroutine (ucontext) that runs up to its next step and hands back; a crashed one is never
  * resumed. Runs replay exactly. */

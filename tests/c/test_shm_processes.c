@@ -4,7 +4,7 @@
  * merged log of grants keep the bound, and the segment serve anyone afterwards.
  *
  *     cc -std=c11 -O2 -Isrc/_tokenbucket -Itests/c tests/c/test_shm_processes.c src/_tokenbucket/shm*.c \
- *        src/_tokenbucket/limits.c -lm && ./a.out */
+ *        src/_tokenbucket/limits.c src/_tokenbucket/window.c -lm && ./a.out */
 #define _DEFAULT_SOURCE  /* fork, kill, nanosleep, mmap and MAP_ANONYMOUS under -std=c11 */
 
 #include <errno.h>

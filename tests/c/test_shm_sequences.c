@@ -3,7 +3,7 @@
  * the limits of limits.c give for the same calls:
  *
  *     cc -std=c11 -O2 -Isrc/_tokenbucket -Itests/c tests/c/test_shm_sequences.c src/_tokenbucket/shm*.c \
- *        src/_tokenbucket/limits.c -lm && ./a.out */
+ *        src/_tokenbucket/limits.c src/_tokenbucket/window.c -lm && ./a.out */
 #include <string.h>
 
 #include "shm.h"

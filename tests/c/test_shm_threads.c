@@ -3,7 +3,7 @@
  * merged log of grants must keep each rate's bound. Built also with -fsanitize=thread by tests/test_c_core.py:
  *
  *     cc -std=c11 -O2 -pthread -Isrc/_tokenbucket -Itests/c tests/c/test_shm_threads.c src/_tokenbucket/shm*.c \
- *        src/_tokenbucket/limits.c -lm && ./a.out */
+ *        src/_tokenbucket/limits.c src/_tokenbucket/window.c -lm && ./a.out */
 #define _POSIX_C_SOURCE 200809L  /* pthread barriers under -std=c11 */
 
 #include <pthread.h>

@@ -2,7 +2,7 @@
  * entry point of shm.h while a hostile writer changes it between accesses.
  *
  *     clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
- *           -Isrc/_tokenbucket tests/fuzz/fuzz_segment.c src/_tokenbucket/limits.c -lm -o fuzz_segment
+ *           -Isrc/_tokenbucket tests/fuzz/fuzz_segment.c src/_tokenbucket/limits.c src/_tokenbucket/window.c -lm -o fuzz_segment
  *     ./fuzz_segment -runs=1000000 tests/fuzz/segment_corpus
  *
  * Built with -DFUZZ_REPLAY (any C compiler, no libFuzzer) it replays the files named on its command line.

@@ -2,7 +2,7 @@
  *
  *     clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
  *           -Isrc/_tokenbucket tests/fuzz/fuzz_tokenbucket.c src/_tokenbucket/queue.c \
- *           src/_tokenbucket/limits.c -lm -o fuzz_tokenbucket
+ *           src/_tokenbucket/limits.c src/_tokenbucket/window.c -lm -o fuzz_tokenbucket
  *     ./fuzz_tokenbucket -runs=10000000 tests/fuzz/corpus
  *
  * Built with -DFUZZ_REPLAY (any C compiler, no libFuzzer) it is a plain program that replays
