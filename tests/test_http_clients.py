@@ -830,9 +830,10 @@ def test_requests_in_flight_are_counted_exactly_by_threads_sharing_a_limiter(lib
     sys.setswitchinterval(1e-6)  # threads switch between a count's read and its write, if they can
 
     def requests() -> None:
+        flying = _http.flying(limiter)  # each thread's clients find the limiter's one count
         for _ in range(20_000):
-            _http.sent(limiter, 1.0)
-            _http.answered(limiter, 1.0)
+            flying.sent(1.0)
+            flying.answered(1.0)
 
     try:
         threads = [threading.Thread(target=requests) for _ in range(4)]
@@ -843,4 +844,4 @@ def test_requests_in_flight_are_counted_exactly_by_threads_sharing_a_limiter(lib
     finally:
         sys.setswitchinterval(interval)
     assert not any(thread.is_alive() for thread in threads)
-    assert _http.answered(limiter, 0.0) == 0.0  # every request sent was answered: none is left in flight
+    assert _http.flying(limiter).answered(0.0) == 0.0  # every request sent was answered: none is left in flight

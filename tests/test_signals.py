@@ -8,7 +8,8 @@ import datetime
 import math
 
 import pytest
-from aiotb._signals import EPOCH_FROM, LONGEST_WAIT, MOST, Quota, Signals, read_signals
+from aiotb import _signals
+from aiotb._signals import EPOCH_FROM, LONGEST_WAIT, MOST, QUOTAS, Quota, Signals, read_quota, read_signals
 from hypothesis import given
 from hypothesis import strategies as st
 from profiles import hypothesis_settings
@@ -328,3 +329,28 @@ def test_several_draft_policies_read_as_the_least_remaining(policies):
     least = min(remaining for remaining, _ in policies)
     latest = max(reset for remaining, reset in policies if remaining == least)
     assert read_signals({"RateLimit": field}, NOW).requests == Quota(float(least), float(latest), None)
+
+
+@hypothesis_settings(fast=400, long=20_000)
+@given(HEADERS, st.datetimes(timezones=st.timezones()).filter(lambda when: when.utcoffset() is not None))
+def test_reading_one_quota_reads_what_reading_them_all_does(headers, now):
+    for pairs in (headers, dict(headers), [(name.encode("utf-8"), value) for name, value in headers]):
+        signals = read_signals(pairs, now)
+        for quota in QUOTAS:
+            assert read_quota(pairs, quota, now) == getattr(signals, quota), (quota, pairs)
+
+
+def test_names_as_sent_are_remembered_up_to_a_bound_and_read_the_same(monkeypatch):
+    monkeypatch.setattr(_signals, "_NAMES", {})
+    raw = [(b"x-RateLimit-Remaining", b"7"), ("X-RATELIMIT-RESET", "30"), (b"Server", b"nginx")]
+    first = read_signals(raw, NOW)
+    assert first == Signals(requests=Quota(7.0, 30.0, None))
+    assert _signals._NAMES == {b"x-RateLimit-Remaining": "x-ratelimit-remaining",
+                               "X-RATELIMIT-RESET": "x-ratelimit-reset", b"Server": ""}
+    assert read_signals(raw, NOW) == first  # read again through what was remembered
+    # a server that sends ever new names fills the memory up to its bound, and no further; fields still read
+    monkeypatch.setattr(_signals, "NAMES_KEPT", 50)
+    for i in range(200):
+        headers = [(f"X-Noise-{i}".encode(), b"1"), (f"X-Ratelimit-Remaining{' ' * (i % 3)}".encode(), str(i).encode())]
+        assert read_signals(headers, NOW).requests == Quota(float(i), None, None)
+    assert len(_signals._NAMES) == 50

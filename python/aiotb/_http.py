@@ -13,7 +13,7 @@ from typing import Any, Callable, TypeVar
 from . import _params
 from ._adaptive import AdaptiveLimiter
 from ._capabilities import refusal
-from ._limiter import Limiter
+from ._limiter import Limiter, quota_left
 from ._signals import QUOTAS, Headers, QuotaKind
 from ._store import StoreError
 
@@ -25,9 +25,33 @@ MAX_PAUSE = 300.0  # s: the longest pause a server may ask by default, aiohttp's
 log = logging.getLogger("aiotb.http")
 FOLLOWED = "limit_until, follow / alimit_until, afollow"  # the row of the table of stores that follow obeys
 _QUOTA_NAMED: dict[str, QuotaKind] = {quota: quota for quota in QUOTAS}
-_flying: weakref.WeakKeyDictionary[Limiter[Any], float] = weakref.WeakKeyDictionary()  # tokens of requests each
-                                                                                        # limiter let out, unanswered
-_flying_lock = threading.Lock()  # loops in threads may share a limiter: each count is read and written under it
+
+
+class Flying:
+    """The tokens of the requests that one limiter let out through the clients and that are not answered yet:
+    one per limiter (``flying``), shared by every client of it. Loops in threads may share a limiter: each count
+    is read and written under a lock."""
+
+    __slots__ = ("_tokens", "_lock")
+
+    def __init__(self) -> None:
+        self._tokens = 0.0
+        self._lock = threading.Lock()
+
+    def sent(self, tokens: float) -> None:
+        """A request of tokens set out: in flight until ``answered``."""
+        with self._lock:
+            self._tokens += tokens
+
+    def answered(self, tokens: float) -> float:
+        """A request of tokens came back (answered, or failed): the tokens of the others still in flight."""
+        with self._lock:
+            left = self._tokens = max(0.0, self._tokens - tokens)
+        return left
+
+
+_flying: weakref.WeakKeyDictionary[Limiter[Any], Flying] = weakref.WeakKeyDictionary()
+_flying_lock = threading.Lock()  # clients made in several threads find one Flying per limiter
 
 
 def amount(limiter: Limiter[Any], value: float | Callable[[RequestT], float]) -> float | Callable[[RequestT], float]:
@@ -72,17 +96,13 @@ def follow(limiter: Limiter[Any], value: object) -> QuotaKind | None:
     return None if refusal(FOLLOWED, "in process" if store is None else store.capabilities.kind) else quota
 
 
-def sent(limiter: Limiter[Any], tokens: float) -> None:
-    """A request of tokens set out through limiter: in flight until ``answered``."""
+def flying(limiter: Limiter[Any]) -> Flying:
+    """The requests limiter let out and that are not answered yet, as every client of it counts them."""
     with _flying_lock:
-        _flying[limiter] = _flying.get(limiter, 0.0) + tokens
-
-
-def answered(limiter: Limiter[Any], tokens: float) -> float:
-    """A request of tokens came back (answered, or failed): the tokens of the others still in flight."""
-    with _flying_lock:
-        left = _flying[limiter] = max(0.0, _flying.get(limiter, 0.0) - tokens)
-    return left
+        counter = _flying.get(limiter)
+        if counter is None:
+            counter = _flying[limiter] = Flying()
+    return counter
 
 
 def observe(limiter: Limiter[Any], status: int, sent_at: float, tokens: float) -> None:
@@ -99,8 +119,11 @@ async def obey(limiter: Limiter[Any], headers: Headers, quota: QuotaKind | None,
     away) is logged as a warning: the response is the answer all the same."""
     if quota is None:
         return
+    left = quota_left(headers, quota, in_flight)  # afollow's limit, without reading what else the headers say
+    if left is None:
+        return
     try:
-        await limiter.afollow(headers, quota=quota, in_flight=in_flight)
+        await limiter.alimit_until(*left)
     except StoreError as error:
         log.warning("the limit %s told could not be kept: %s", host or "a server", error)
 

@@ -22,6 +22,8 @@ _SPAN_YEARS = f"{MAX_SPAN / 1e9 / (365.25 * 86400):.0f} years"  # the longest re
 
 def real(name: str, value: object) -> float:
     """value as a float, or TypeError naming the parameter (bool is no number here)."""
+    if type(value) is float:  # the common case, without the ABC's check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {value!r}")
     try:

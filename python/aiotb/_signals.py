@@ -37,6 +37,7 @@ from . import _params
 EPOCH_FROM = 1e9  # a reset number this large is an epoch instant in seconds, not delta seconds
 LONGEST_WAIT = 366 * 86400.0  # s: a reset or retry further away than a year is absurd, and ignored
 MOST = 2.0**53  # the largest count read: past it a float no longer counts by ones
+NAMES_KEPT = 4096  # names as sent that _fields remembers: past it (a server sending ever new ones), none more
 
 Headers = Mapping[str, str | bytes] | Iterable[tuple[str | bytes, str | bytes]]
 QuotaKind = Literal["requests", "tokens", "input_tokens", "output_tokens"]  # the quotas Signals tells of
@@ -68,34 +69,48 @@ class Signals:
 
 def _fields(headers: Headers) -> dict[str, list[str]]:
     """The values, in order, of each field read here (``_READ``), by lower-case name; an entry that is no (name,
-    value) of text skipped. Every other field costs a lower-casing only (of its bytes, as a client's raw headers
-    hold them: no decoding): most responses hold none of these."""
+    value) of text skipped. A name as sent is looked up in ``_NAMES`` (most responses hold none of the fields read
+    here, and a server sends the same names each time), so that every other field costs one lookup; the
+    values read are not decoded until then."""
     pairs: Iterable[object] = headers.items() if isinstance(headers, Mapping) else headers
     fields: dict[str, list[str]] = {}
-    read, read_bytes = _READ, _READ_BYTES
+    names = _NAMES
     for pair in pairs:
         if type(pair) is not tuple or len(pair) != 2:
             continue
         name, value = pair
-        if type(name) is bytes:
-            key = read_bytes.get(name.strip().lower())
-        elif isinstance(name, str):
-            key = name.strip().lower()
+        key = names.get(name) if type(name) is bytes or type(name) is str else None
+        if key is None:
+            key = _read_as(name)
+        if not key:
+            continue
+        if isinstance(value, bytes):
+            text = value.decode("latin-1").strip()
+        elif isinstance(value, str):
+            text = value.strip()
         else:
             continue
-        if key in read:
-            if isinstance(value, bytes):
-                text = value.decode("latin-1").strip()
-            elif isinstance(value, str):
-                text = value.strip()
-            else:
-                continue
-            known = fields.get(key)
-            if known is None:
-                fields[key] = [text]
-            else:
-                known.append(text)
+        known = fields.get(key)
+        if known is None:
+            fields[key] = [text]
+        else:
+            known.append(text)
     return fields
+
+
+def _read_as(name: object) -> str:
+    """The lower-case name of the field read here that name (as sent) is, "" for any other; remembered in
+    ``_NAMES`` for a name of exactly bytes or str, while it holds fewer than ``NAMES_KEPT``."""
+    if isinstance(name, bytes):
+        key = _READ_BYTES.get(name.strip().lower(), "")
+    elif isinstance(name, str):
+        key = name.strip().lower()
+        key = key if key in _READ else ""
+    else:
+        return ""
+    if (type(name) is bytes or type(name) is str) and len(_NAMES) < NAMES_KEPT:
+        _NAMES[name] = key
+    return key
 
 
 def _first(fields: dict[str, list[str]], name: str) -> str | None:
@@ -252,18 +267,12 @@ _READ = frozenset({"ratelimit", "ratelimit-policy", "retry-after", "date",
 # a style's remaining field: (kind, its reset field, its limit field, how its reset reads)
 _REMAINING = {remaining: (kind, reset, limit, read) for kind, remaining, reset, limit, read in _STYLES}
 _READ_BYTES = {name.encode("latin-1"): name for name in _READ}
+_NAMES: dict[str | bytes, str] = {}  # a field's name as sent: the name it is read by here, "" if not read
 _NOTHING = Signals()
 
 
-def read_signals(headers: Headers, now: datetime.datetime | Callable[[], datetime.datetime]) -> Signals:
-    """What a response's headers say of the server's limits, in seconds from now, the local wall clock
-    (timezone-aware, or ValueError), or the function that reads it (called only if an absolute instant is
-    read without the server's Date). Raises nothing for anything the headers hold."""
-    if not callable(now) and (now.tzinfo is None or now.utcoffset() is None):
-        raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
-    fields = _fields(headers)
-    if not fields or len(fields) == 1 and "date" in fields:
-        return _NOTHING
+def _server_clock(fields: dict[str, list[str]], now: datetime.datetime | Callable[[], datetime.datetime]) -> ServerNow:
+    """The server's clock: its Date field, else now (or what the function now reads), read once, when first asked."""
     known: list[datetime.datetime] = []
 
     def server_now() -> datetime.datetime:
@@ -272,6 +281,11 @@ def read_signals(headers: Headers, now: datetime.datetime | Callable[[], datetim
             known.append(date if date is not None else now() if callable(now) else now)
         return known[0]
 
+    return server_now
+
+
+def _quotas(fields: dict[str, list[str]], server_now: ServerNow) -> dict[str, list[Quota]]:
+    """Every quota the fields tell of, by kind ("requests", "tokens", ...)."""
     found: dict[str, list[Quota]] = {}
     draft = _draft(fields, server_now) if "ratelimit" in fields else None
     if draft is not None:
@@ -285,6 +299,25 @@ def read_signals(headers: Headers, now: datetime.datetime | Callable[[], datetim
             kind, reset_field, limit_field, read_reset = style
             found.setdefault(kind, []).append(Quota(remaining, read_reset(_first(fields, reset_field), server_now),
                                                     _number(_first(fields, limit_field))))
+    return found
+
+
+def _check_now(now: datetime.datetime | Callable[[], datetime.datetime]) -> None:
+    """ValueError unless now is a function or a timezone-aware datetime."""
+    if not callable(now) and (now.tzinfo is None or now.utcoffset() is None):
+        raise ValueError(f"now must be a timezone-aware datetime, got {now!r}")
+
+
+def read_signals(headers: Headers, now: datetime.datetime | Callable[[], datetime.datetime]) -> Signals:
+    """What a response's headers say of the server's limits, in seconds from now, the local wall clock
+    (timezone-aware, or ValueError), or the function that reads it (called only if an absolute instant is
+    read without the server's Date). Raises nothing for anything the headers hold."""
+    _check_now(now)
+    fields = _fields(headers)
+    if not fields or len(fields) == 1 and "date" in fields:
+        return _NOTHING
+    server_now = _server_clock(fields, now)
+    found = _quotas(fields, server_now)
     retry = fields.get("retry-after")
     if not found:
         return Signals(retry_after=_retry_after(retry[0], server_now)) if retry else _NOTHING
@@ -292,3 +325,13 @@ def read_signals(headers: Headers, now: datetime.datetime | Callable[[], datetim
                    input_tokens=_tightest(found.get("input_tokens", [])),
                    output_tokens=_tightest(found.get("output_tokens", [])),
                    retry_after=_retry_after(retry[0], server_now) if retry else None)
+
+
+def read_quota(headers: Headers, quota: QuotaKind,
+               now: datetime.datetime | Callable[[], datetime.datetime]) -> Quota | None:
+    """``getattr(read_signals(headers, now), quota)``, without reading what the headers say of anything else."""
+    _check_now(now)
+    fields = _fields(headers)
+    if not fields or len(fields) == 1 and "date" in fields:
+        return None
+    return _tightest(_quotas(fields, _server_clock(fields, now)).get(quota, []))

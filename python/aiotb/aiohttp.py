@@ -55,6 +55,7 @@ def limiter_middleware(limiter: Limiter[Any], *, amount: float | Callable[[aioht
     Put it first in ``middlewares`` so that the middlewares after it run once per attempt."""
     tokens_of = _http.amount(limiter, amount)
     quota = _http.follow(limiter, follow)
+    flying = None if quota is None else _http.flying(limiter)
     most_retries = _http.retries(retries)
     longest = _http.max_pause(max_pause)
 
@@ -65,15 +66,15 @@ def limiter_middleware(limiter: Limiter[Any], *, amount: float | Callable[[aioht
             slot = limiter.slot(tokens)
             await slot.__aenter__()
             sent_at = asyncio.get_running_loop().time()
-            if quota is not None:
-                _http.sent(limiter, tokens)
+            if flying is not None:
+                flying.sent(tokens)
             try:
                 response = await handler(request)
             except BaseException:
                 slot.release()
                 raise
             finally:
-                in_flight = _http.answered(limiter, tokens) if quota is not None else 0.0
+                in_flight = 0.0 if flying is None else flying.answered(tokens)
             # A response holds its connection until its body has been read or it is released or closed;
             # the connection calls back then (aiohttp's own total timeout ends the same way). No
             # connection: the body was read with the head, the response is complete.

@@ -56,6 +56,7 @@ class LimitedTransport(httpx.AsyncBaseTransport):
                  max_pause: float = _http.MAX_PAUSE, follow: QuotaKind | None = "requests") -> None:
         self._amount = _http.amount(limiter, amount)
         self._follow: QuotaKind | None = _http.follow(limiter, follow)
+        self._flying = None if self._follow is None else _http.flying(limiter)
         self._retries = _http.retries(retries)
         self._max_pause = _http.max_pause(max_pause)
         self._limiter = limiter
@@ -96,16 +97,16 @@ class LimitedTransport(httpx.AsyncBaseTransport):
         slot = self._limiter.slot(tokens)
         await slot.__aenter__()
         sent_at = asyncio.get_running_loop().time()
-        following = self._follow is not None
-        if following:
-            _http.sent(self._limiter, tokens)
+        flying = self._flying
+        if flying is not None:
+            flying.sent(tokens)
         try:
             response = await self._transport.handle_async_request(request)
         except BaseException:
             slot.release()
             raise
         finally:
-            in_flight = _http.answered(self._limiter, tokens) if following else 0.0
+            in_flight = 0.0 if flying is None else flying.answered(tokens)
         stream = response.stream
         if response.is_closed or not isinstance(stream, httpx.AsyncByteStream):
             slot.release()  # read and closed already (or a stream this client cannot close): nothing to hold
