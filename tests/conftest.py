@@ -82,6 +82,7 @@ def _namespace(engine: str) -> SimpleNamespace:
         package = twin_package()
     return SimpleNamespace(package=package, Limiter=package.Limiter, AsyncLimiter=package.AsyncLimiter,
                            KeyedLimiter=package.KeyedLimiter, WindowLimiter=package.WindowLimiter,
+                           AdaptiveLimiter=package.AdaptiveLimiter,
                            name=package.IMPLEMENTATION)
 
 

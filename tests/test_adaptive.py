@@ -96,7 +96,7 @@ def test_it_remembers_one_period_of_successes_only(lib: SimpleNamespace, vrun: R
         for _ in range(1000):  # 100 per second for 10 s, never a 429
             await asyncio.sleep(0.01)
             limiter.observe(200, sent_at=loop.time())
-        return len(limiter._served)
+        return len(limiter._rule.served)
 
     assert vrun(main()) <= 101  # a long run without a 429 keeps no more than the last second's
 
@@ -171,10 +171,19 @@ def test_bad_parameters_are_refused(lib: SimpleNamespace, kwargs: dict[str, Any]
         adaptive(lib, 200, **given)
 
 
-def test_it_keeps_its_rate_in_this_process(lib: SimpleNamespace) -> None:
-    store = lib.package.RedisStore("redis://127.0.0.1:1", "k")  # never reached
-    with pytest.raises(TypeError, match="store= works with Limiter itself, not AdaptiveLimiter"):
-        adaptive(lib, 200, 1, min_rate=1, store=store)
+def test_the_stores_that_keep_no_rule_refuse_it_with_the_tables_reason(lib: SimpleNamespace) -> None:
+    from aiotb._capabilities import refusal
+
+    leased = lib.package.RedisStore("redis://127.0.0.1:1", "k", lease=1.0)  # never reached
+    with pytest.raises(TypeError) as refused:
+        adaptive(lib, 200, 1, min_rate=1, store=leased)
+    assert str(refused.value) == refusal("AdaptiveLimiter", "RedisStore(lease=)")
+
+    class Mine(lib.package.AdaptiveLimiter):
+        pass
+
+    with pytest.raises(TypeError, match="store= works with AdaptiveLimiter itself, not Mine"):
+        Mine(200, 1, min_rate=1, store=lib.package.RedisStore("redis://127.0.0.1:1", "k"))
 
 
 class SlidingServer:

@@ -158,8 +158,22 @@ def steps(feature: str, cell: Cell) -> list[Step]:
         return [lambda: acquired(cell.make(lib.WindowLimiter, 1000, 1))]
     if feature == "AsyncLimiter":
         return [lambda: acquired(cell.make(lib.AsyncLimiter, 1000, 1))]
+    if feature == "AdaptiveLimiter":
+        adaptive = lambda: cell.make(lib.AdaptiveLimiter, 1000, 1, min_rate=10)  # noqa: E731
+        local = [] if remote else [lambda: cut_now(adaptive())]
+        return [*local, lambda: acquired(adaptive()), lambda: cut(adaptive())]
     assert feature == "KeyedLimiter"
     return [lambda: acquired(cell.keyed("user"))]
+
+
+def cut_now(limiter: Any) -> bool:
+    limiter.observe(429, sent_at=asyncio.get_running_loop().time())
+    return bool(limiter.max_rate == 800 and limiter.cuts == 1)
+
+
+async def cut(limiter: Any) -> bool:
+    await limiter.aobserve(429, sent_at=asyncio.get_running_loop().time())
+    return bool(limiter.max_rate == 800 and limiter.cuts == 1)
 
 
 QUOTA_LEFT = {"X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "10"}  # 2 requests left for 10 s

@@ -174,7 +174,7 @@ def test_stub_matches_the_c_module(tmp_path: Path) -> None:
 # round trip and is not awaitable must be rejected by both checkers, at the line marked "# rejected", and nowhere
 # else: `if limiter.try_acquire():` is then right at run time or caught before it runs.
 IDIOMS = '''
-from aiotb import AsyncLimiter, KeyedLimiter, Limiter, RedisStore, SharedMemoryStore, WindowLimiter
+from aiotb import AdaptiveLimiter, AsyncLimiter, KeyedLimiter, Limiter, RedisStore, SharedMemoryStore, WindowLimiter
 
 
 def in_process(limiter: Limiter) -> None:
@@ -265,11 +265,23 @@ async def redis_async(store: RedisStore) -> float:
         pass
     (await limiter.areserve()).cancel()  # rejected
     return await anywhere(limiter) + await anywhere(Limiter(1, 1)) + await anywhere(WindowLimiter(1, 1, store=store))
+
+
+async def adaptive(store: RedisStore, shared: SharedMemoryStore) -> float:
+    here = AdaptiveLimiter(100, 1, min_rate=1)
+    here.observe(429, sent_at=0.0)
+    await here.aobserve(200, sent_at=0.0, amount=2)
+    there = AdaptiveLimiter(100, 1, min_rate=1, store=store)
+    await there.aobserve(429, sent_at=0.0)
+    there.observe(429, sent_at=0.0)  # rejected
+    AdaptiveLimiter(100, 1, min_rate=1, store=shared)  # rejected
+    least, most = there.bounds
+    return least + most + there.cuts + await anywhere(there) + await anywhere(here)
 '''
 
 
 def test_the_in_process_idioms_are_rejected_over_redis_and_kept_elsewhere(tmp_path: Path) -> None:
-    rejected_where_marked(tmp_path, "idioms.py", IDIOMS, 17)
+    rejected_where_marked(tmp_path, "idioms.py", IDIOMS, 19)
 
 
 # The one store interface: both stores are Stores, and what each binds is StoreRates, for both checkers; a class

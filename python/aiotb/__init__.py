@@ -13,7 +13,8 @@ from ._store import StoreCorrupt, StoreError, StoreUnavailable
 from ._store_redis import RedisStore
 from ._store_shm import SharedMemoryStore, _segment_type
 from ._window_limiter import WindowLimiter
-from . import _redis_window  # noqa: F401  (the limiter over a RedisStore's window enters itself)
+from . import _redis_adaptive, _redis_window  # noqa: F401  (the limiters over a RedisStore's rule and window enter
+                                              # themselves)
 
 try:
     _segment_type()

@@ -13,21 +13,135 @@ A server that counts over a window remembers the requests of the rate before a c
 window: the requests sent after a cut still meet 429s in that time, and a cut per round would take the
 rate far below the quota (measured: from 200/s to 7.5/s in the first second, against 40 per sliding second
 and a 20 ms round trip). So a cut never goes below ``decrease`` times what the server served in the last
-period (the tokens of the successes answered): what it has just allowed, it allows."""
+period (the tokens of the successes answered): what it has just allowed, it allows.
+
+Over a RedisStore the rule runs in the key's script (``_redis_gcra.lua``, op ``adapt``), for every client of the
+key at once: the rate is the key's; a cut comes only for a request sent after the last cut of any client (its
+instant is kept with the rates, on the server's clock: a request's age is sent, not its instant); a growth step
+only if no client cut since this one began to count its successes; the rate cut from and the next step above it
+are the key's too. Each client counts its own successes toward a step (so the clients together step once per
+period's worth of all their successes) and its own served tokens for the floor (a lower bound of what the server
+served them all: the floor is weaker, never stronger)."""
 
 from __future__ import annotations
 
 import collections
 import math
 import threading
+from typing import TYPE_CHECKING, ClassVar, NamedTuple, cast, overload
 
 from . import _params
-from ._limiter import Limiter, _loop_now
+from ._limiter import Flavour, Limiter, StoreT, _loop_now
+
+if TYPE_CHECKING:
+    from ._store_redis import RedisStore
 
 CONGESTED = frozenset({429, 503})  # Too Many Requests, Service Unavailable: the server's "slower"
 
 
-class AdaptiveLimiter(Limiter[None]):
+class Settings(NamedTuple):
+    """An AdaptiveLimiter's parameters, checked: the rate's bounds, the factor of a cut, the least step, the burst."""
+
+    least: float
+    most: float
+    decrease: float
+    increase: float
+    burst: float
+
+
+def settings(max_rate: object, time_period: object, min_rate: object, burst: float | None, decrease: object,
+             increase: object) -> Settings:
+    """The parameters of an AdaptiveLimiter, checked (TypeError/ValueError naming the parameter)."""
+    most = _params.positive("max_rate", max_rate)
+    least = _params.positive("min_rate", min_rate)
+    if least > most:
+        raise ValueError(f"min_rate must be at most max_rate ({max_rate!r}), got {min_rate!r}")
+    cut = _params.real("decrease", decrease)
+    if not 0 < cut < 1:
+        raise ValueError(f"decrease must be above 0 and below 1, got {decrease!r}")
+    step = most / 200 if increase is None else _params.positive("increase", increase)
+    if not math.isfinite(step):
+        raise ValueError(f"increase must be finite, got {increase!r}")
+    size = max(1.0, least * _params.positive("time_period", time_period)) if burst is None else burst
+    return Settings(least, most, cut, step, size)  # the burst as given: Limiter checks it
+
+
+def observation(status: object, sent_at: object, amount: object) -> tuple[int, float, float]:
+    """A response fed to the rule, checked: its status, the loop time its request was sent at, its tokens."""
+    if isinstance(status, bool) or not isinstance(status, int):
+        raise TypeError(f"status must be an int, got {status!r}")
+    if not 100 <= status <= 599:
+        raise ValueError(f"status must be an HTTP status, 100 to 599, got {status!r}")
+    return status, _params.loop_time("sent_at", sent_at), _params.positive("amount", amount)
+
+
+class Rule:
+    """The rule's parameters and what one limiter counts of it: its successes toward a step, the tokens it served
+    in the last period, its cuts, and (in process) the rule's whole state."""
+
+    __slots__ = ("settings", "period", "earned", "earning_since", "too_high", "probe", "cut_at", "cuts", "served",
+                 "served_tokens", "lock")
+
+    def __init__(self, checked: Settings, period: float) -> None:
+        self.settings = checked
+        self.period = period  # time_period: the rates are per it
+        self.earned = 0.0  # the share of a period's worth of answers since the last step
+        self.earning_since = -math.inf  # loop time the share began to count (over a store: since news of a cut)
+        self.too_high = checked.most  # the rate of the last cut: known too high (at first, the most)
+        self.probe = checked.increase  # the next step above it
+        self.cut_at = -math.inf  # loop time of the last cut (over a store: the last one this limiter knows of)
+        self.cuts = 0
+        self.served: collections.deque[tuple[float, float]] = collections.deque()  # (loop time, tokens) of the
+        self.served_tokens = 0.0                                                    # successes of the last period
+        self.lock = threading.Lock()  # loops in threads may share the limiter: each observation applied whole
+
+    def serve(self, tokens: float, now: float) -> None:
+        """Counts a success of tokens, answered now, in the last period's (those older leave it now: it holds
+        one period's)."""
+        self.served_lately(now)
+        self.served.append((now, tokens))
+        self.served_tokens += tokens
+
+    def served_lately(self, now: float) -> float:
+        """The tokens of the successes answered in the period before now."""
+        since = now - self.period
+        served = self.served
+        while served and served[0][0] <= since:
+            self.served_tokens -= served.popleft()[1]
+        if not served:
+            self.served_tokens = 0.0  # no rounding left over
+        return self.served_tokens
+
+    def earn(self, tokens: float, rate: float) -> bool:
+        """Counts tokens answered toward a step at rate; whether a period's worth is reached (then counts anew)."""
+        self.earned += tokens / rate
+        if self.earned < 1:
+            return False
+        self.earned = 0.0
+        return True
+
+    def cut(self, rate: float, now: float) -> float:
+        """The rate a cut at now takes rate to: decrease times it, not below decrease times what the server
+        served in the last period, nor min_rate; the round ends now, and rate is known too high."""
+        least, _, decrease, increase, _ = self.settings
+        self.cut_at = self.earning_since = now
+        self.cuts += 1
+        self.earned = 0.0
+        self.too_high, self.probe = rate, increase
+        return max(least, decrease * rate, min(rate, decrease * self.served_lately(now)))
+
+    def grown(self, rate: float) -> float:
+        """The rate a step takes rate to: half the way to the rate known too high below it (at least increase),
+        the probe above it (doubled at each step); never above max_rate."""
+        if rate < self.too_high:
+            step = max(self.settings.increase, (self.too_high - rate) / 2)
+        else:
+            step = self.probe
+            self.probe *= 2
+        return min(self.settings.most, rate + step)
+
+
+class AdaptiveLimiter(Limiter[StoreT]):
     """``AdaptiveLimiter(max_rate, time_period=1, *, min_rate)``: a ``Limiter`` whose rate is found by
     trying, for a server whose quota is unknown (or shared with clients this one does not see).
 
@@ -44,121 +158,71 @@ class AdaptiveLimiter(Limiter[None]):
 
     ``burst`` (default: min_rate per time_period, at least 1) stays as given while the rate changes:
     a burst above what the server allows in its window would meet 429s of its own, after an idle while.
-    In this process only: over a store every client of the key would have to cut once per round
-    between them, which the stores do not offer yet (``store=`` is a TypeError).
-    ``limiter.max_rate`` and ``limiter.rate`` are the rate now; ``limiter.bounds`` is
-    (min_rate, max_rate) as given."""
+    With ``store=RedisStore(redis, key)`` the rule runs in Redis for every client of the key (the rate,
+    the last cut and the search above it are the key's): ``await limiter.aobserve(...)``, one round trip
+    for a cut or a step, none for the other answers; a success counts toward a step when this process's
+    queue holds a waiter. A SharedMemoryStore or a leased RedisStore keeps no such rule (TypeError, the
+    table of stores says why). ``limiter.max_rate`` and ``limiter.rate`` are the rate now (over Redis: as
+    this limiter last heard it); ``limiter.bounds`` is (min_rate, max_rate) as given."""
 
-    __slots__ = ("_bounds", "_decrease", "_increase", "_earned", "_too_high", "_probe", "_cut_at", "_cuts", "_served",
-                 "_served_tokens", "_rule")
+    _flavour: ClassVar[Flavour] = "AdaptiveLimiter"
+    _rule: Rule
 
+    @overload
+    def __init__(self: AdaptiveLimiter[None], max_rate: float, time_period: float = 1, *, min_rate: float,
+                 burst: float | None = None, fair: bool = True, decrease: float = 0.8, increase: float | None = None,
+                 store: None = None) -> None: ...
+    @overload
+    def __init__(self: AdaptiveLimiter[RedisStore], max_rate: float, time_period: float = 1, *, min_rate: float,
+                 burst: float | None = None, fair: bool = True, decrease: float = 0.8, increase: float | None = None,
+                 store: RedisStore) -> None: ...
     def __init__(self, max_rate: float, time_period: float = 1, *, min_rate: float, burst: float | None = None,
-                 fair: bool = True, decrease: float = 0.8, increase: float | None = None) -> None:
-        most = _params.positive("max_rate", max_rate)
-        least = _params.positive("min_rate", min_rate)
-        if least > most:
-            raise ValueError(f"min_rate must be at most max_rate ({max_rate!r}), got {min_rate!r}")
-        cut = _params.real("decrease", decrease)
-        if not 0 < cut < 1:
-            raise ValueError(f"decrease must be above 0 and below 1, got {decrease!r}")
-        step = most / 200 if increase is None else _params.positive("increase", increase)
-        if not math.isfinite(step):
-            raise ValueError(f"increase must be finite, got {increase!r}")
-        size = max(1.0, least * _params.positive("time_period", time_period)) if burst is None else burst
-        super().__init__(most, time_period, burst=size, fair=fair)
-        self._bounds = (least, most)
-        self._decrease = cut
-        self._increase = step
-        self._earned = 0.0  # the share of a period's worth of answers since the last step
-        self._too_high = most  # the rate of the last cut: known too high (at first, the most)
-        self._probe = step  # the next step above it
-        self._cut_at = -math.inf  # loop time of the last cut
-        self._cuts = 0
-        self._served: collections.deque[tuple[float, float]] = collections.deque()  # (loop time, tokens) of the
-        self._served_tokens = 0.0                                                    # successes of the last period
-        self._rule = threading.Lock()  # loops in threads may share the limiter: each observation applied whole
+                 fair: bool = True, decrease: float = 0.8, increase: float | None = None,
+                 store: RedisStore | None = None) -> None:
+        if store is not None:  # a subclass that let store= through: its instance has no store behind it
+            raise TypeError(f"store= works with AdaptiveLimiter itself, not {type(self).__name__}")
+        checked = settings(max_rate, time_period, min_rate, burst, decrease, increase)
+        self._setup(_params.limiter_rates(checked.most, time_period, checked.burst, None, None), None,
+                    _params.flag("fair", fair), smallest_first=False)
+        self._rule = Rule(checked, self.time_period)
 
     @property
     def bounds(self) -> tuple[float, float]:
         """(min_rate, max_rate), as given: the rate stays within them."""
-        return self._bounds
+        return self._rule.settings.least, self._rule.settings.most
 
     @property
     def cuts(self) -> int:
-        """How many times a 429 or 503 has cut the rate (those at min_rate included)."""
-        return self._cuts
+        """How many times a 429 or 503 fed to this limiter has cut the rate (those at min_rate included)."""
+        return self._rule.cuts
 
-    def observe(self, status: int, *, sent_at: float, amount: float = 1) -> None:
+    def observe(self: AdaptiveLimiter[None], status: int, *, sent_at: float, amount: float = 1) -> None:
         """Feeds the rule with one response: its HTTP ``status``, the loop time its request was sent at
         (``sent_at``: once it had its grant), and the tokens it took (``amount``). A 429 or 503 cuts the
         rate, unless its request was sent before the last cut or at its instant (the same round: cut
         already); any other status under 500 grows it, if the rate held the request back.
         ``limiter.observe(response.status, sent_at=sent)``."""
-        if isinstance(status, bool) or not isinstance(status, int):
-            raise TypeError(f"status must be an int, got {status!r}")
-        if not 100 <= status <= 599:
-            raise ValueError(f"status must be an HTTP status, 100 to 599, got {status!r}")
-        sent = _params.loop_time("sent_at", sent_at)
-        tokens = _params.positive("amount", amount)
-        with self._rule:
-            if status in CONGESTED:
-                if sent > self._cut_at:
-                    self._cut()
-            elif status < 500:
-                self._serve(tokens)
-                if self.waiting or self.tokens < tokens:
-                    self._grow(tokens)
+        code, sent, tokens = observation(status, sent_at, amount)
+        rule = self._rule
+        with rule.lock:
+            if code in CONGESTED:
+                if sent > rule.cut_at:
+                    rate = self.max_rate
+                    cut = rule.cut(rate, _loop_now())
+                    if cut < rate:
+                        self.set_rate(cut)
+            elif code < 500:
+                rule.serve(tokens, _loop_now())
+                if (self.waiting or self.tokens < tokens) and self.max_rate < rule.settings.most and \
+                        rule.earn(tokens, self.max_rate):
+                    self.set_rate(rule.grown(self.max_rate))
 
-    def _serve(self, tokens: float) -> None:
-        """Counts a success of tokens, answered now, in the last period's (those older leave it now: it holds
-        one period's)."""
-        now = _loop_now()
-        self._served_lately(now)
-        self._served.append((now, tokens))
-        self._served_tokens += tokens
-
-    def _served_lately(self, now: float) -> float:
-        """The tokens of the successes answered in the period before now."""
-        since = now - self.time_period
-        served = self._served
-        while served and served[0][0] <= since:
-            self._served_tokens -= served.popleft()[1]
-        if not served:
-            self._served_tokens = 0.0  # no rounding left over
-        return self._served_tokens
-
-    def _cut(self) -> None:
-        """Multiplies the rate by decrease, not below decrease times what the server served in the last
-        period, nor min_rate; the round ends now, and the rate cut from is known too high."""
-        least, _ = self._bounds
-        self._cut_at = _loop_now()
-        self._cuts += 1
-        self._earned = 0.0
-        rate = self._too_high = self.max_rate
-        self._probe = self._increase
-        cut = max(least, self._decrease * rate, min(rate, self._decrease * self._served_lately(self._cut_at)))
-        if cut < rate:
-            self.set_rate(cut)
-
-    def _grow(self, tokens: float) -> None:
-        """Adds a step per period's worth (the rate's) of tokens answered: half the way to the rate known too
-        high below it (at least increase), the probe above it (doubled at each step)."""
-        _, most = self._bounds
-        rate = self.max_rate
-        if rate >= most:
-            return
-        self._earned += tokens / rate
-        if self._earned < 1:
-            return
-        self._earned = 0.0
-        if rate < self._too_high:
-            step = max(self._increase, (self._too_high - rate) / 2)
-        else:
-            step = self._probe
-            self._probe *= 2
-        self.set_rate(min(most, rate + step))
+    async def aobserve(self, status: int, *, sent_at: float, amount: float = 1) -> None:
+        """``observe`` over any store: over a RedisStore, for every client of the key (one round trip for a
+        cut or a growth step)."""
+        AdaptiveLimiter.observe(cast("AdaptiveLimiter[None]", self), status, sent_at=sent_at, amount=amount)
 
     def __repr__(self) -> str:
-        least, most = self._bounds
-        return (f"<AdaptiveLimiter {self.max_rate:.6g}/{self.time_period:g}s within [{least:g}, {most:g}], "
-                f"burst {self.burst:g}, {self._cuts} cuts>")
+        least, most = self.bounds
+        return (f"<{type(self).__name__} {self.max_rate:.6g}/{self.time_period:g}s within [{least:g}, {most:g}], "
+                f"burst {self.burst:g}, {self.cuts} cuts>")

@@ -105,11 +105,15 @@ def flying(limiter: Limiter[Any]) -> Flying:
     return counter
 
 
-def observe(limiter: Limiter[Any], status: int, sent_at: float, tokens: float) -> None:
-    """Feeds an AdaptiveLimiter's rule with a response's status (its request sent at loop time sent_at);
-    other limiters take nothing from it."""
+async def observe(limiter: Limiter[Any], status: int, sent_at: float, tokens: float, host: str | None) -> None:
+    """Feeds an AdaptiveLimiter's rule with a response's status (its request sent at loop time sent_at); other
+    limiters take nothing from it. A store that cannot take it now (Redis away) is logged as a warning: the
+    response is the answer all the same."""
     if isinstance(limiter, AdaptiveLimiter):
-        limiter.observe(status, sent_at=sent_at, amount=tokens)
+        try:
+            await limiter.aobserve(status, sent_at=sent_at, amount=tokens)
+        except StoreError as error:
+            log.warning("the answer %d of %s could not adapt the rate: %s", status, host or "a server", error)
 
 
 async def obey(limiter: Limiter[Any], headers: Headers, quota: QuotaKind | None, in_flight: float,

@@ -44,7 +44,7 @@ LIMIT_SLACK = 1.0  # s: limits whose ends are this close speak of one window of 
 
 # The limiter classes of the stores, by the store's kind and the class asked for: the module of each enters its
 # own (serve) when aiotb is imported, so that this module imports none of them.
-Flavour = Literal["Limiter", "WindowLimiter", "AsyncLimiter"]
+Flavour = Literal["Limiter", "WindowLimiter", "AsyncLimiter", "AdaptiveLimiter"]
 _OVER: dict[tuple[Store, Flavour], type[Limiter[Any]]] = {}
 
 
@@ -154,7 +154,7 @@ class Limiter(Generic[StoreT], Bucket):
     _warn_on_reuse: ClassVar[bool] = False
     _capacity_is_max_rate: ClassVar[bool] = False  # set_rate's default burst: max_rate itself (aiolimiter)
     _smallest_first: ClassVar[bool] = False  # waiters wake smallest first: a timeout is waited out, not projected
-    _flavour: ClassVar[Flavour] = "Limiter"  # which public class this is: each of the three sets its own
+    _flavour: ClassVar[Flavour] = "Limiter"  # which public class this is: each public class sets its own
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         # the class for kwargs' store= (the type checkers read the store from __init__'s overloads)

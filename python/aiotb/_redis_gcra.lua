@@ -112,6 +112,20 @@ local function stored(s, now, whole)  -- writes the state's instants (whole: all
     end
 end
 
+local function rate_set(s, i, t, b, now)  -- rate i to t ns per token and burst b, keeping the tokens held now (at
+    local r = s.r[i]                          -- most b; below 0 for tokens reserved ahead), stored
+    local held = r.b - math.max(0, r.f - now) / r.t
+    r.t, r.b, r.k = t, b, math.ceil(b * t)
+    r.f = now + math.ceil((b - math.min(held, b)) * t)
+    s.c = false  -- whether any rate now differs from the definition's
+    local j = 0
+    for dt, db in string.gmatch(definition, '([^,;]+),([^,;]+),[^,;]+') do
+        j = j + 1
+        s.c = s.c or tonumber(dt) ~= s.r[j].t or tonumber(db) ~= s.r[j].b
+    end
+    stored(s, now, true)
+end
+
 local function need(r, amount)  -- ns of a rate's tokens that amount takes
     return math.ceil(amount * r.t)
 end
@@ -224,19 +238,52 @@ elseif op == 'fit' then  -- amount: 0 and ns until every rate grants it, or 1 ab
     end
     return reply(OK, fit_at(s, amount, now) - now)
 elseif op == 'set_rate' then  -- index, ns per token, burst: keeps the tokens held now, at most the new burst
-    local r = s.r[integer_of(W[2], 1, #s.r)]
     local t, b = checked_rate(W[3], W[4])
-    local held = r.b - math.max(0, r.f - now) / r.t  -- below 0 for tokens reserved ahead
-    r.t, r.b, r.k = t, b, math.ceil(b * t)
-    r.f = now + math.ceil((b - math.min(held, b)) * t)
-    s.c = false  -- whether any rate now differs from the definition's
-    local i = 0
-    for dt, db in string.gmatch(definition, '([^,;]+),([^,;]+),[^,;]+') do
-        i = i + 1
-        s.c = s.c or tonumber(dt) ~= s.r[i].t or tonumber(db) ~= s.r[i].b
-    end
-    stored(s, now, true)
+    rate_set(s, integer_of(W[2], 1, #s.r), t, b, now)
     return reply(OK)
+elseif op == 'adapt' then  -- "cut" µs since the request was sent, or "grow" µs since the caller began to count its
+    -- successes; then the period (ns), min_rate, max_rate, decrease, increase and the tokens the caller served in
+    -- the last period: AdaptiveLimiter's rule on the first rate, for every client of the key (see _adaptive.py).
+    -- The key keeps the last cut's instant (ac, µs on clock_us's clock), the rate it cut from (ah) and the next
+    -- step above that (ap). A cut comes only for a request sent after the last one; a step only if no cut came
+    -- since the caller began to count. 0, 1 if it cut or stepped (else 0), ns per token now, µs since the last
+    -- cut (-1: none).
+    local kind, age = W[2], integer_of(W[3], 0, 2 ^ 52)
+    local period, least, most_rate = amount_of(W[4]), amount_of(W[5]), amount_of(W[6])
+    local decrease, increase, served = amount_of(W[7]), amount_of(W[8]), count_of(W[9])
+    if (kind ~= 'cut' and kind ~= 'grow') or least > most_rate or decrease >= 1 then
+        refuse('adapt takes cut or grow, min_rate <= max_rate and decrease < 1', W[2])
+    end
+    local a = redis.call('HMGET', key, 'ac', 'ah', 'ap')
+    local cut_at, too_high, probe = tonumber(a[1]), tonumber(a[2]) or most_rate, tonumber(a[3]) or increase
+    local r = s.r[1]
+    local rate, new = period / r.t, nil
+    if kind == 'cut' then
+        if cut_at and now_us - age <= cut_at then  -- sent before the last cut, or at its instant: its round
+            return reply(OK, 0, string.format('%.17g', r.t), now_us - cut_at)
+        end
+        new = math.max(least, decrease * rate, math.min(rate, decrease * served))
+        cut_at, too_high, probe = now_us, rate, increase
+        redis.call('HSET', key, 'ac', int(cut_at), 'ah', string.format('%.17g', too_high), 'ap',
+                   string.format('%.17g', probe))
+        if new >= rate then  -- at min_rate already: a cut all the same, which ends the round
+            stored(s, now, true)
+            return reply(OK, 1, string.format('%.17g', r.t), 0)
+        end
+    else
+        if (cut_at and now_us - age < cut_at) or rate >= most_rate then  -- a cut came meanwhile, or at the most
+            return reply(OK, 0, string.format('%.17g', r.t), cut_at and now_us - cut_at or -1)
+        end
+        local step = math.max(increase, (too_high - rate) / 2)
+        if rate >= too_high then  -- above the rate known too high: BIC's search, a step twice the last
+            step, probe = probe, probe * 2
+            redis.call('HSET', key, 'ap', string.format('%.17g', probe))
+        end
+        new = math.min(most_rate, rate + step)
+    end
+    local t = checked_rate(period / new, r.b)
+    rate_set(s, 1, t, r.b, now)
+    return reply(OK, 1, string.format('%.17g', t), cut_at and now_us - cut_at or -1)
 elseif op == 'pause' then  -- ns from now: no grant before then (a later pause only moves it later)
     s.p = paused_until(s.p, now + integer_of(W[2], 0, 2 ^ 53))
     stored(s, now)

@@ -89,6 +89,26 @@ class Lease(NamedTuple):
     pause_ns: int
 
 
+class AdaptRule(NamedTuple):
+    """AdaptiveLimiter's rule as the script applies it: rates per period_ns, min_rate, max_rate, the factor of a
+    cut and the least step of a growth."""
+
+    least: float
+    most: float
+    decrease: float
+    increase: float
+    period_ns: float
+
+
+class Adapted(NamedTuple):
+    """The script's answer to a cut or a growth: whether it made one, the first rate's ns per token now, and the
+    µs since the last cut of any client (None if none is known)."""
+
+    acted: bool
+    ns_per_token: float
+    since_cut_us: int | None
+
+
 class RedisStore:
     """``Limiter(100, 1, store=RedisStore(redis, "partner-api"))``: one quota for every client of
     that Redis key that builds its limiter with the same rates.
@@ -416,6 +436,19 @@ class RedisRates(_Bound):
     async def set_rate(self, index: int, ns_per_token: float, burst: float) -> None:
         """Changes rate index (from 0) for every client, keeping the tokens held now, at most the new burst."""
         await self._store._run(self._definition, f"set_rate {index + 1} {ns_per_token!r} {burst!r}")
+
+    async def adapt(self, kind: Literal["cut", "grow"], age_us: int, rule: AdaptRule, served: float = 0.0
+                    ) -> Adapted:
+        """AdaptiveLimiter's rule on the first rate, for every client (``_adaptive.py``): "cut" for a 429 or 503
+        to a request sent age_us ago, "grow" for a period's worth of successes counted for age_us."""
+        least, most, decrease, increase, period_ns = rule
+        words = await self._store._run(self._definition, f"adapt {kind} {age_us} {period_ns!r} {least!r} {most!r} "
+                                                         f"{decrease!r} {increase!r} {float(served)!r}")
+        try:
+            since = int(words[3])
+            return Adapted(words[1] == b"1", float(words[2]), None if since < 0 else since)
+        except (IndexError, ValueError) as error:
+            raise StoreCorrupt(f"{self._store!r}: the script answered {b' '.join(words)!r}") from error
 
     async def set_window(self, period_ns: int, limit: float) -> None:
         """Changes a window's period and limit for every client, from now on."""

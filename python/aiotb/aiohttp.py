@@ -83,7 +83,7 @@ def limiter_middleware(limiter: Limiter[Any], *, amount: float | Callable[[aioht
                 slot.release()
             else:
                 connection.add_callback(slot.release)
-            _http.observe(limiter, response.status, sent_at, tokens)
+            await _http.observe(limiter, response.status, sent_at, tokens, request.url.host)
             await _http.obey(limiter, response.raw_headers, quota, in_flight, request.url.host)
             paused = await _http.pause(limiter, response.status, response.headers.get("Retry-After"), longest,
                                        request.url.host)

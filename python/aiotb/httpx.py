@@ -78,7 +78,7 @@ class LimitedTransport(httpx.AsyncBaseTransport):
         retries = self._retries
         while True:
             response, sent_at, in_flight = await self._send(request, tokens)
-            _http.observe(self._limiter, response.status_code, sent_at, tokens)
+            await _http.observe(self._limiter, response.status_code, sent_at, tokens, request.url.host)
             await _http.obey(self._limiter, response.headers.raw, self._follow, in_flight, request.url.host)
             paused = await _http.pause(self._limiter, response.status_code, response.headers.get("Retry-After"),
                                        self._max_pause, request.url.host)
