@@ -120,6 +120,28 @@ async def successes_until_a_change(limiter: Any) -> int:
     return 0
 
 
+def test_the_floor_of_a_cut_is_what_the_clients_said_they_were_served(lib: SimpleNamespace, run: Run[Any],
+                                                                       redis_url: str, clock: ClientClock) -> None:
+    async def main() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        a = adaptive(lib, redis_url, "served", 50, 1, min_rate=1)
+        b = adaptive(lib, redis_url, "served", 50, 1, min_rate=1)
+        try:
+            for limiter in (a, b):  # each served 30 in the last second (nobody waits: no step asked for)
+                for _ in range(30):
+                    await limiter.aobserve(200, sent_at=loop.time())
+            await a.aobserve(429, sent_at=loop.time())  # 40: the floor, 0.8 x the 30 a told, is lower
+            await b.aobserve(429, sent_at=loop.time() - 0.01)  # the same round: no cut, and b tells its 30
+            clock.us += 500_000
+            await asyncio.sleep(0.01)
+            await a.aobserve(429, sent_at=loop.time())  # a new round: 0.8 x 40 = 32, below 0.8 x (30 + 30) = 48:
+            return [a.max_rate, a.cuts, await key_rate(a)]  # a cut all the same, to what the server just served
+        finally:
+            await closed(a, b)
+
+    assert run(main()) == [40, 2, 40]
+
+
 def test_cuts_stop_at_min_rate_and_each_still_ends_a_round(lib: SimpleNamespace, run: Run[Any], redis_url: str,
                                                            clock: ClientClock) -> None:
     async def main() -> list[Any]:

@@ -20,8 +20,9 @@ key at once: the rate is the key's; a cut comes only for a request sent after th
 instant is kept with the rates, on the server's clock: a request's age is sent, not its instant); a growth step
 only if no client cut since this one began to count its successes; the rate cut from and the next step above it
 are the key's too. Each client counts its own successes toward a step (so the clients together step once per
-period's worth of all their successes) and its own served tokens for the floor (a lower bound of what the server
-served them all: the floor is weaker, never stronger)."""
+period's worth of all their successes) and the tokens it was served in the last period, which it tells the script
+with each cut or step it asks for: the floor of a cut is the sum of what the clients told in the last period (a
+client that asked for nothing in that time counts nothing: the floor errs low)."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ the rule of ``_adaptive.py`` run in the key's script for every client of the key
 from __future__ import annotations
 
 import math
+import secrets
 
 from ._adaptive import CONGESTED, AdaptiveLimiter, Rule, observation, settings
 from ._core import Bucket
@@ -36,6 +37,7 @@ class RedisAdaptiveLimiter(RedisLimiter, AdaptiveLimiter[RedisStore]):
         checked = settings(max_rate, time_period, min_rate, burst, decrease, increase)
         RedisLimiter.__init__(self, checked.most, time_period, burst=checked.burst, fair=fair, store=store)
         self._rule = Rule(checked, self.time_period)
+        self._client = secrets.token_hex(8)  # its name among the key's clients, for what each was served
         check_refill(self.burst, self.time_period * 1e9 / checked.least)  # the slowest rate the rule may set
 
     def observe(self, status: int, *, sent_at: float, amount: float = 1) -> None:
@@ -65,13 +67,14 @@ class RedisAdaptiveLimiter(RedisLimiter, AdaptiveLimiter[RedisStore]):
             rule.serve(tokens, now)
             if self.waiting and self.max_rate < rule.settings.most and rule.earn(tokens, self.max_rate):
                 since, rule.earning_since = rule.earning_since, now
-                answer = await self._store_rates.adapt("grow", _age_us(now - since), self._adapt_rule())
+                answer = await self._store_rates.adapt("grow", _age_us(now - since), self._adapt_rule(),
+                                                       rule.served_lately(now))
                 self._heard(answer, loop.time())
 
     def _adapt_rule(self) -> AdaptRule:
         """The rule's parameters as the script takes them."""
         least, most, decrease, increase, _ = self._rule.settings
-        return AdaptRule(least, most, decrease, increase, self.time_period * 1e9)
+        return AdaptRule(least, most, decrease, increase, self.time_period * 1e9, self._client)
 
     def _heard(self, answer: Adapted, now: float) -> None:
         """Takes the key's rate and its last cut (µs before now, on the server's clock) as the script told them."""

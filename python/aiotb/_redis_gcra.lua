@@ -242,18 +242,23 @@ elseif op == 'set_rate' then  -- index, ns per token, burst: keeps the tokens he
     rate_set(s, integer_of(W[2], 1, #s.r), t, b, now)
     return reply(OK)
 elseif op == 'adapt' then  -- "cut" µs since the request was sent, or "grow" µs since the caller began to count its
-    -- successes; then the period (ns), min_rate, max_rate, decrease, increase and the tokens the caller served in
-    -- the last period: AdaptiveLimiter's rule on the first rate, for every client of the key (see _adaptive.py).
-    -- The key keeps the last cut's instant (ac, µs on clock_us's clock), the rate it cut from (ah) and the next
-    -- step above that (ap). A cut comes only for a request sent after the last one; a step only if no cut came
-    -- since the caller began to count. 0, 1 if it cut or stepped (else 0), ns per token now, µs since the last
-    -- cut (-1: none).
+    -- successes; then the period (ns), min_rate, max_rate, decrease, increase, the tokens the caller served in the
+    -- last period and its name: AdaptiveLimiter's rule on the first rate, for every client of the key (see
+    -- _adaptive.py). The key keeps the last cut's instant (ac, µs on clock_us's clock), the rate it cut from (ah),
+    -- the next step above that (ap), and what each client last said it served (s:name, "tokens µs"), whose sum
+    -- over the last period is the floor's: what the server served them all. A cut comes only for a request sent
+    -- after the last one; a step only if no cut came since the caller began to count. 0, 1 if it cut or stepped
+    -- (else 0), ns per token now, µs since the last cut (-1: none).
     local kind, age = W[2], integer_of(W[3], 0, 2 ^ 52)
     local period, least, most_rate = amount_of(W[4]), amount_of(W[5]), amount_of(W[6])
-    local decrease, increase, served = amount_of(W[7]), amount_of(W[8]), count_of(W[9])
+    local decrease, increase, served, name = amount_of(W[7]), amount_of(W[8]), count_of(W[9]), W[10]
     if (kind ~= 'cut' and kind ~= 'grow') or least > most_rate or decrease >= 1 then
         refuse('adapt takes cut or grow, min_rate <= max_rate and decrease < 1', W[2])
     end
+    if not string.match(name or '', '^%x+$') or #name > 32 then
+        refuse('a client of adapt is named by up to 32 hexadecimal digits', name)
+    end
+    redis.call('HSET', key, 's:' .. name, string.format('%.17g', served) .. ' ' .. int(now_us))
     local a = redis.call('HMGET', key, 'ac', 'ah', 'ap')
     local cut_at, too_high, probe = tonumber(a[1]), tonumber(a[2]) or most_rate, tonumber(a[3]) or increase
     local r = s.r[1]
@@ -261,6 +266,22 @@ elseif op == 'adapt' then  -- "cut" µs since the request was sent, or "grow" µ
     if kind == 'cut' then
         if cut_at and now_us - age <= cut_at then  -- sent before the last cut, or at its instant: its round
             return reply(OK, 0, string.format('%.17g', r.t), now_us - cut_at)
+        end
+        local all, stale = redis.call('HGETALL', key), {}
+        served = 0
+        for j = 1, #all, 2 do  -- what the clients served in the last period, by their last word of it
+            if string.sub(all[j], 1, 2) == 's:' then
+                local tokens, at = string.match(all[j + 1], '^(%S+) (%S+)$')
+                tokens, at = tonumber(tokens), tonumber(at)
+                if tokens and at and now_us - at < period / 1000 then
+                    served = served + tokens
+                else
+                    stale[#stale + 1] = all[j]
+                end
+            end
+        end
+        if #stale > 0 then
+            redis.call('HDEL', key, unpack(stale))
         end
         new = math.max(least, decrease * rate, math.min(rate, decrease * served))
         cut_at, too_high, probe = now_us, rate, increase

@@ -91,13 +91,14 @@ class Lease(NamedTuple):
 
 class AdaptRule(NamedTuple):
     """AdaptiveLimiter's rule as the script applies it: rates per period_ns, min_rate, max_rate, the factor of a
-    cut and the least step of a growth."""
+    cut and the least step of a growth; and the client's name among the key's (hexadecimal digits)."""
 
     least: float
     most: float
     decrease: float
     increase: float
     period_ns: float
+    client: str
 
 
 class Adapted(NamedTuple):
@@ -437,13 +438,13 @@ class RedisRates(_Bound):
         """Changes rate index (from 0) for every client, keeping the tokens held now, at most the new burst."""
         await self._store._run(self._definition, f"set_rate {index + 1} {ns_per_token!r} {burst!r}")
 
-    async def adapt(self, kind: Literal["cut", "grow"], age_us: int, rule: AdaptRule, served: float = 0.0
-                    ) -> Adapted:
+    async def adapt(self, kind: Literal["cut", "grow"], age_us: int, rule: AdaptRule, served: float) -> Adapted:
         """AdaptiveLimiter's rule on the first rate, for every client (``_adaptive.py``): "cut" for a 429 or 503
-        to a request sent age_us ago, "grow" for a period's worth of successes counted for age_us."""
-        least, most, decrease, increase, period_ns = rule
+        to a request sent age_us ago, "grow" for a period's worth of successes counted for age_us; served: the
+        tokens this client was served in the last period."""
+        least, most, decrease, increase, period_ns, client = rule
         words = await self._store._run(self._definition, f"adapt {kind} {age_us} {period_ns!r} {least!r} {most!r} "
-                                                         f"{decrease!r} {increase!r} {float(served)!r}")
+                                                         f"{decrease!r} {increase!r} {float(served)!r} {client}")
         try:
             since = int(words[3])
             return Adapted(words[1] == b"1", float(words[2]), None if since < 0 else since)
