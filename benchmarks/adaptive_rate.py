@@ -76,12 +76,19 @@ def serve(options: str) -> None:
 
 async def send_for(url: str, case: str, seconds: float) -> dict[str, Any]:
     """TASKS tasks sending through the case's limiter for seconds; the limiter's rate every half second."""
-    import httpx
-
     from aiotb import AdaptiveLimiter, Limiter
-    from aiotb.httpx import LimitedTransport
 
     limiter = Limiter(MAX_RATE, 1) if case == "fixed" else AdaptiveLimiter(MAX_RATE, 1, min_rate=MIN_RATE)
+    return await sent_through(limiter, url, seconds, TASKS)
+
+
+async def sent_through(limiter: Any, url: str, seconds: float, tasks: int) -> dict[str, Any]:
+    """tasks tasks sending GET url through limiter (the httpx transport) for seconds, one request after the other;
+    the limiter's rate every half second, and its cuts."""
+    import httpx
+
+    from aiotb.httpx import LimitedTransport
+
     stop = time.monotonic() + seconds
     rates: list[float] = []
     async with httpx.AsyncClient(transport=LimitedTransport(limiter, retries=0), timeout=None) as client:
@@ -93,7 +100,7 @@ async def send_for(url: str, case: str, seconds: float) -> dict[str, Any]:
                 rates.append(round(limiter.max_rate, 2))
                 await asyncio.sleep(0.5)
 
-        await asyncio.gather(watch(), *(task() for _ in range(TASKS)))
+        await asyncio.gather(watch(), *(task() for _ in range(tasks)))
     return {"rates": rates, "cuts": getattr(limiter, "cuts", 0)}
 
 

@@ -19,7 +19,6 @@ import asyncio
 import multiprocessing
 import secrets
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,32 +35,17 @@ PROFILES = {"full": {"seconds": 60.0, "runs": 3}, "quick": {"seconds": 30.0, "ru
 
 async def send_for(url: str, redis_url: str | None, key: str, seconds: float) -> dict[str, Any]:
     """TASKS tasks of this process sending for seconds; the limiter's rate every half second, and its cuts."""
-    import httpx
-
     from aiotb import AdaptiveLimiter, RedisStore
-    from aiotb.httpx import LimitedTransport
 
     rule = {"min_rate": adaptive_rate.MIN_RATE}
     limiter: AdaptiveLimiter[Any] = (AdaptiveLimiter(adaptive_rate.MAX_RATE, 1, **rule) if redis_url is None else
                                      AdaptiveLimiter(adaptive_rate.MAX_RATE, 1, store=RedisStore(redis_url, key),
                                                      **rule))
-    stop = time.monotonic() + seconds
-    rates: list[float] = []
     try:
-        async with httpx.AsyncClient(transport=LimitedTransport(limiter, retries=0), timeout=None) as client:
-            async def task() -> None:
-                await written.send_until(stop, lambda: client.get(url))
-
-            async def watch() -> None:
-                while time.monotonic() < stop:
-                    rates.append(round(limiter.max_rate, 2))
-                    await asyncio.sleep(0.5)
-
-            await asyncio.gather(watch(), *(task() for _ in range(TASKS)))
+        return await adaptive_rate.sent_through(limiter, url, seconds, TASKS)
     finally:
         if redis_url is not None:
             await limiter.store.redis.aclose()
-    return {"rates": rates, "cuts": limiter.cuts}
 
 
 def client_process(job: tuple[str, str | None, str, float]) -> dict[str, Any]:

@@ -128,6 +128,14 @@ def client_clock(monkeypatch: pytest.MonkeyPatch) -> ClientClock:
     return clock
 
 
+@pytest.fixture
+def store_clock(lib: SimpleNamespace, client_clock: ClientClock, monkeypatch: pytest.MonkeyPatch) -> ClientClock:
+    """client_clock as the Redis store of the engine under test reads it (the twin is a package of its own):
+    it moves only when the test moves it."""
+    monkeypatch.setattr(lib.package._store_redis, "time", client_clock)
+    return client_clock
+
+
 CANCELLED_TASKS_END_WITHIN = 20.0  # s: the tasks a test left running end this long after they are cancelled
 
 

@@ -18,13 +18,6 @@ T = TypeVar("T")
 Run = Callable[[Awaitable[T]], T]
 
 
-@pytest.fixture
-def clock(lib: SimpleNamespace, client_clock: ClientClock, monkeypatch: pytest.MonkeyPatch) -> ClientClock:
-    """The store's clock of the engine under test (the twin is a package of its own), moved by the test only."""
-    monkeypatch.setattr(lib.package._store_redis, "time", client_clock)
-    return client_clock
-
-
 def adaptive(lib: SimpleNamespace, redis_url: str, key: str, *args: Any, **kwargs: Any) -> Any:
     store = lib.package.RedisStore(redis_url, key)
     store._client_clock = True  # the test's clock
@@ -43,7 +36,7 @@ async def key_rate(limiter: Any) -> float:
 
 
 def test_two_clients_cut_the_keys_rate_once_per_round(lib: SimpleNamespace, run: Run[Any], redis_url: str,
-                                                      clock: ClientClock) -> None:
+                                                      store_clock: ClientClock) -> None:
     async def main() -> list[Any]:
         loop = asyncio.get_running_loop()
         a = adaptive(lib, redis_url, "rounds", 100, 1, min_rate=10)
@@ -56,7 +49,7 @@ def test_two_clients_cut_the_keys_rate_once_per_round(lib: SimpleNamespace, run:
             await b.aobserve(429, sent_at=loop.time() - 0.01)  # sent before a's cut (the store's clock stood
             seen.append((b.max_rate, b.cuts, await key_rate(b)))  # still): the same round; b hears 80
             await a.aobserve(503, sent_at=loop.time() - 0.01)  # the same round
-            clock.us += 2_000_000
+            store_clock.us += 2_000_000
             await asyncio.sleep(0.01)  # the loop's clock moves too (uvloop's reads whole ms, once per iteration)
             await b.aobserve(503, sent_at=loop.time())  # sent 2 s after the cut, by the key's clock: 64
             seen.append((b.max_rate, b.cuts, await key_rate(b)))
@@ -70,8 +63,8 @@ def test_two_clients_cut_the_keys_rate_once_per_round(lib: SimpleNamespace, run:
     assert run(main()) == [(80, 1, 80), (80, 0, 80), (64, 1, 64), (64, 1, 64)]
 
 
-def test_a_step_comes_only_if_no_client_cut_since_the_asker_began_to_count(lib: SimpleNamespace, run: Run[Any],
-                                                                          redis_url: str, clock: ClientClock) -> None:
+def test_a_step_comes_only_if_no_client_cut_since_the_asker_began_to_count(
+        lib: SimpleNamespace, run: Run[Any], redis_url: str, store_clock: ClientClock) -> None:
     async def main() -> list[float]:
         loop = asyncio.get_running_loop()
         a = adaptive(lib, redis_url, "steps", 100, 1, min_rate=10, burst=1)
@@ -80,7 +73,7 @@ def test_a_step_comes_only_if_no_client_cut_since_the_asker_began_to_count(lib: 
         try:
             seen = []
             await a.aobserve(429, sent_at=loop.time())  # 80
-            clock.us += 2_000_000
+            store_clock.us += 2_000_000
             await asyncio.sleep(0.01)
             await b.aobserve(429, sent_at=loop.time())  # 64: 80 is known too high
             await a.acquire()  # the burst taken; a pause of the key, so that a waiter waits
@@ -88,12 +81,12 @@ def test_a_step_comes_only_if_no_client_cut_since_the_asker_began_to_count(lib: 
             waiter = asyncio.create_task(a.acquire())
             while not a.waiting:
                 await asyncio.sleep(0.001)
-            clock.us += 10_000_000
+            store_clock.us += 10_000_000
             seen.append(await successes_until_a_change(a))  # a period's worth at the rate a knows (80)...
             seen += [await key_rate(a), a.max_rate]  # ...takes the key's 64 half way to 80
             for _ in range(36):  # a's count starts anew; b cuts before a has a period's worth (72)
                 await a.aobserve(200, sent_at=loop.time())
-            clock.us += 2_000_000
+            store_clock.us += 2_000_000
             await asyncio.sleep(0.01)
             await b.aobserve(429, sent_at=loop.time())  # 57.6
             seen.append(36 + await successes_until_a_change(a))  # a period's worth, but a cut came meanwhile:
@@ -121,7 +114,7 @@ async def successes_until_a_change(limiter: Any) -> int:
 
 
 def test_the_floor_of_a_cut_is_what_the_clients_said_they_were_served(lib: SimpleNamespace, run: Run[Any],
-                                                                       redis_url: str, clock: ClientClock) -> None:
+                                                                      redis_url: str, store_clock: ClientClock) -> None:
     async def main() -> list[Any]:
         loop = asyncio.get_running_loop()
         a = adaptive(lib, redis_url, "served", 50, 1, min_rate=1)
@@ -132,7 +125,7 @@ def test_the_floor_of_a_cut_is_what_the_clients_said_they_were_served(lib: Simpl
                     await limiter.aobserve(200, sent_at=loop.time())
             await a.aobserve(429, sent_at=loop.time())  # 40: the floor, 0.8 x the 30 a told, is lower
             await b.aobserve(429, sent_at=loop.time() - 0.01)  # the same round: no cut, and b tells its 30
-            clock.us += 500_000
+            store_clock.us += 500_000
             await asyncio.sleep(0.01)
             await a.aobserve(429, sent_at=loop.time())  # a new round: 0.8 x 40 = 32, below 0.8 x (30 + 30) = 48:
             return [a.max_rate, a.cuts, await key_rate(a)]  # a cut all the same, to what the server just served
@@ -143,14 +136,14 @@ def test_the_floor_of_a_cut_is_what_the_clients_said_they_were_served(lib: Simpl
 
 
 def test_cuts_stop_at_min_rate_and_each_still_ends_a_round(lib: SimpleNamespace, run: Run[Any], redis_url: str,
-                                                           clock: ClientClock) -> None:
+                                                           store_clock: ClientClock) -> None:
     async def main() -> list[Any]:
         loop = asyncio.get_running_loop()
         limiter = adaptive(lib, redis_url, "floor", 100, 1, min_rate=30, decrease=0.5)
         try:
             seen = []
             for _ in range(4):
-                clock.us += 2_000_000
+                store_clock.us += 2_000_000
                 await asyncio.sleep(0.01)  # the loop's clock moves too (uvloop's reads whole ms)
                 await limiter.aobserve(429, sent_at=loop.time())
                 seen.append((limiter.max_rate, await key_rate(limiter)))
@@ -163,8 +156,8 @@ def test_cuts_stop_at_min_rate_and_each_still_ends_a_round(lib: SimpleNamespace,
     assert run(main()) == [(50, 50), (30, 30), (30, 30), (30, 30), 4]
 
 
-def test_observe_needs_the_round_trip_and_bad_input_is_refused_before_it(lib: SimpleNamespace, run: Run[Any],
-                                                                        redis_url: str, clock: ClientClock) -> None:
+def test_observe_needs_the_round_trip_and_bad_input_is_refused_before_it(
+        lib: SimpleNamespace, run: Run[Any], redis_url: str, store_clock: ClientClock) -> None:
     async def main() -> float:
         limiter = adaptive(lib, redis_url, "input", 100, 1, min_rate=10)
         try:
@@ -187,7 +180,7 @@ def test_observe_needs_the_round_trip_and_bad_input_is_refused_before_it(lib: Si
 
 
 def test_the_httpx_adapter_cuts_the_keys_rate_on_a_429(lib: SimpleNamespace, run: Run[Any], redis_url: str,
-                                                        clock: ClientClock) -> None:
+                                                        store_clock: ClientClock) -> None:
     async def main() -> list[float]:
         limiter = adaptive(lib, redis_url, "adapter", 100, 1, min_rate=10)
         other = adaptive(lib, redis_url, "adapter", 100, 1, min_rate=10)

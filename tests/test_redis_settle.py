@@ -16,13 +16,6 @@ T = TypeVar("T")
 Run = Callable[[Awaitable[T]], T]
 
 
-@pytest.fixture
-def frozen(lib: SimpleNamespace, client_clock: ClientClock, monkeypatch: pytest.MonkeyPatch) -> ClientClock:
-    """The store's clock of the engine under test (the twin is a package of its own), standing still."""
-    monkeypatch.setattr(lib.package._store_redis, "time", client_clock)
-    return client_clock
-
-
 def store(lib: SimpleNamespace, redis_url: str, key: str = "settled") -> Any:
     made = lib.package.RedisStore(redis_url, key)
     made._client_clock = True  # the test's clock, which stands still: no refill between the calls
@@ -30,7 +23,7 @@ def store(lib: SimpleNamespace, redis_url: str, key: str = "settled") -> Any:
 
 
 def test_rates_give_back_and_take_debt_for_every_client(lib: SimpleNamespace, run: Run[Any], redis_url: str,
-                                                        frozen: ClientClock) -> None:
+                                                        store_clock: ClientClock) -> None:
     async def main() -> list[float]:
         a = lib.Limiter(rates=[(10, 100), (100, 6000, 20)], store=store(lib, redis_url))
         b = lib.Limiter(rates=[(10, 100), (100, 6000, 20)], store=store(lib, redis_url))
@@ -56,7 +49,7 @@ def test_rates_give_back_and_take_debt_for_every_client(lib: SimpleNamespace, ru
 
 
 def test_a_window_logs_the_settled_amount(lib: SimpleNamespace, run: Run[Any], redis_url: str,
-                                          frozen: ClientClock) -> None:
+                                          store_clock: ClientClock) -> None:
     async def main() -> list[float]:
         limiter = lib.WindowLimiter(10, 100, store=store(lib, redis_url))
         try:
@@ -83,7 +76,7 @@ def test_a_window_logs_the_settled_amount(lib: SimpleNamespace, run: Run[Any], r
 
 
 def test_a_debt_counts_against_a_servers_limit(lib: SimpleNamespace, run: Run[Any], redis_url: str,
-                                               frozen: ClientClock) -> None:
+                                               store_clock: ClientClock) -> None:
     async def main() -> float:
         limiter = lib.Limiter(100, 1000, store=store(lib, redis_url))
         try:
@@ -101,7 +94,7 @@ def test_a_debt_counts_against_a_servers_limit(lib: SimpleNamespace, run: Run[An
     (0, 1, ValueError, "taken"), (11, 1, ValueError, "taken must not exceed burst"), ("x", 1, TypeError, "taken"),
     (1, -1, ValueError, "used"), (1, float("nan"), ValueError, "used"), (1, 1e30, ValueError, "26 days")])
 def test_bad_input_names_itself_and_changes_nothing(lib: SimpleNamespace, run: Run[Any], redis_url: str,
-                                                    frozen: ClientClock, taken: Any, used: Any,
+                                                    store_clock: ClientClock, taken: Any, used: Any,
                                                     error: type[Exception], words: str) -> None:
     async def main() -> tuple[str, float, float]:
         limiter = lib.Limiter(10, 100, store=store(lib, redis_url))
@@ -144,7 +137,7 @@ def test_the_calls_that_need_a_round_trip_name_their_coroutine(lib: SimpleNamesp
 
 
 def test_a_slot_settled_twice_at_once_is_settled_once(lib: SimpleNamespace, run: Run[Any], redis_url: str,
-                                                      frozen: ClientClock) -> None:
+                                                      store_clock: ClientClock) -> None:
     async def main() -> tuple[list[str], float]:
         limiter = lib.Limiter(10, 100, store=store(lib, redis_url))
         try:
