@@ -86,6 +86,35 @@ def test_set_rate_and_pause_refuse_malformed_words(run: Run[None], redis_url: st
     run(main())
 
 
+def test_adapt_refuses_malformed_words_and_changes_nothing(run: Run[None], redis_url: str) -> None:
+    async def main() -> None:
+        store = RedisStore(redis_url, "adapted")
+        rates = RedisRates(store, RATES)
+        good = _store_redis.AdaptRule(0.1, 1.0, 0.8, 0.01, 1e9, "ab12")  # rates per second, as RATES's 1/s
+        try:
+            for rule, kind, age, served in (
+                    (good, "trim", 0, 0.0), (good, "cut", -1, 0.0), (good, "cut", 0, float("nan")),
+                    (good._replace(least=2.0), "cut", 0, 0.0), (good._replace(decrease=1.0), "cut", 0, 0.0),
+                    (good._replace(increase=float("inf")), "grow", 0, 0.0), (good._replace(client="xyz"), "cut", 0, 0.0),
+                    (good._replace(client="a" * 33), "grow", 0, 0.0), (good._replace(least=1e-9), "cut", 0, 0.0)):
+                await refused(rates.adapt(kind, age, rule, served))
+            assert await store.redis.exists(store.redis_key) == 0  # not even a report of what a client served
+            await rates.reserve(1.0, 0)
+            before = await store.redis.hgetall(store.redis_key)
+            await refused(rates.adapt("cut", 0, good._replace(client=""), 0.0))
+            assert await store.redis.hgetall(store.redis_key) == before
+            answer = await rates.adapt("grow", 0, good, 0.0)  # at max_rate: no step; the key stays a limiter's
+            assert (answer.acted, answer.since_cut_us) == (False, None)
+            assert await rates.tokens() == pytest.approx(9, abs=0.01)
+            fresh = RedisRates(store.for_key("adapted-fresh"), RATES)
+            await fresh.adapt("grow", 0, good, 0.0)  # a first call that only reports: the key is a limiter's
+            assert isinstance(await fresh.reserve(1.0, 0), _store_redis.Reserved)
+        finally:
+            await store.redis.aclose()
+
+    run(main())
+
+
 def test_the_lease_script_refuses_a_negative_give_back_and_a_forged_holder(run: Run[None], redis_url: str) -> None:
     async def main() -> None:
         store = RedisStore(redis_url, "leased", lease=1.0, units=4)

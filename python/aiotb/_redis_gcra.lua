@@ -258,6 +258,10 @@ elseif op == 'adapt' then  -- "cut" µs since the request was sent, or "grow" µ
     if not string.match(name or '', '^%x+$') or #name > 32 then
         refuse('a client of adapt is named by up to 32 hexadecimal digits', name)
     end
+    checked_rate(period / least, s.r[1].b)  -- the slowest rate the rule may set: nothing is written before this
+    if s.fresh then  -- the state first, so that the key is a limiter's whatever is written next
+        stored(s, now, true)
+    end
     redis.call('HSET', key, 's:' .. name, string.format('%.17g', served) .. ' ' .. int(now_us))
     local a = redis.call('HMGET', key, 'ac', 'ah', 'ap')
     local cut_at, too_high, probe = tonumber(a[1]), tonumber(a[2]) or most_rate, tonumber(a[3]) or increase
@@ -302,7 +306,7 @@ elseif op == 'adapt' then  -- "cut" µs since the request was sent, or "grow" µ
         end
         new = math.min(most_rate, rate + step)
     end
-    local t = checked_rate(period / new, r.b)
+    local t = period / new
     rate_set(s, 1, t, r.b, now)
     return reply(OK, 1, string.format('%.17g', t), cut_at and now_us - cut_at or -1)
 elseif op == 'pause' then  -- ns from now: no grant before then (a later pause only moves it later)
