@@ -171,6 +171,19 @@ def test_bad_parameters_are_refused(lib: SimpleNamespace, kwargs: dict[str, Any]
         adaptive(lib, 200, **given)
 
 
+def test_the_adapters_feed_it_only_http_statuses(lib: SimpleNamespace, vrun: Run[tuple[list[int], float]]) -> None:
+    async def main() -> tuple[list[int], float]:
+        limiter = adaptive(lib, 100, 1, min_rate=10)
+        answers = iter([999, 0, 429])  # a proxy's statuses that are not HTTP's: the answer, never an exception
+        transport = importlib.import_module(f"{lib.package.__name__}.httpx").LimitedTransport(
+            limiter, httpx.MockTransport(lambda request: httpx.Response(next(answers))), retries=0)
+        async with httpx.AsyncClient(transport=transport) as client:
+            statuses = [(await client.get("http://api.test/")).status_code for _ in range(3)]
+        return statuses, limiter.max_rate
+
+    assert vrun(main()) == ([999, 0, 429], 80)
+
+
 def test_the_stores_that_keep_no_rule_refuse_it_with_the_tables_reason(lib: SimpleNamespace) -> None:
     from aiotb._capabilities import refusal
 

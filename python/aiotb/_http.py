@@ -107,9 +107,9 @@ def flying(limiter: Limiter[Any]) -> Flying:
 
 async def observe(limiter: Limiter[Any], status: int, sent_at: float, tokens: float, host: str | None) -> None:
     """Feeds an AdaptiveLimiter's rule with a response's status (its request sent at loop time sent_at); other
-    limiters take nothing from it. A store that cannot take it now (Redis away) is logged as a warning: the
-    response is the answer all the same."""
-    if isinstance(limiter, AdaptiveLimiter):
+    limiters take nothing from it, nor the rule a status that is not HTTP's (100 to 599: a proxy's 0 or 999, say).
+    A store that cannot take it now (Redis away) is logged as a warning: the response is the answer all the same."""
+    if isinstance(limiter, AdaptiveLimiter) and 100 <= status <= 599:
         try:
             await limiter.aobserve(status, sent_at=sent_at, amount=tokens)
         except StoreError as error:
