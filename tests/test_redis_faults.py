@@ -490,8 +490,11 @@ def test_latency_keeps_the_rate_and_wakes_no_sooner_than_the_server_grants(run: 
     assert most_over_bound(used, rate, burst) <= 1 + 1e-6  # when used: within one token (the latency's jitter)
     late = [(u - c) / 1e9 for c, u in zip(sorted(counted), sorted(used))]
     assert min(late) >= 0, late  # no task resumed before the server's instant of its grant
-    p99 = sorted(late)[math.ceil(0.99 * n) - 1]
-    assert p99 <= 2 * LATENCY + 0.010, late  # a round trip and a few ms
+    ordered = sorted(late)
+    assert ordered[n // 2] <= 2 * LATENCY + 0.010, late  # the typical wake: a round trip and a few ms
+    # the latest: a round trip, plus a pause of the whole process on a loaded machine (a full collection of a
+    # large test process, another process's time slice), which delays whichever grants fall in it
+    assert ordered[-1] <= 2 * LATENCY + 0.060, late
 
 
 # ---- 6. a frozen server ----
