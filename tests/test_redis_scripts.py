@@ -1,10 +1,12 @@
 """The Redis scripts against words no aiotb client sends, as any client with script rights could send them: each
 malformed argument fails the script (StoreCorrupt on the client) and changes nothing; the scripts every client
-loads take no time from a client; a window's log is capped."""
+loads take no time from a client; a window's log is capped, and the sum of its grants that the script keeps
+follows every change of it."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Awaitable, Callable, TypeVar
 
 import aiotb
@@ -55,13 +57,15 @@ def test_cancel_refuses_a_record_of_another_shape(run: Run[None], redis_url: str
     async def main() -> None:
         store = RedisStore(redis_url, "records")
         try:
+            started = time.monotonic()
             reserved = await RedisRates(store, RATES).reserve(10.0, 0)
             assert isinstance(reserved, _store_redis.Reserved)
             epoch, before, after = reserved.record.split()
             for record in (b"", epoch, epoch + b" x " + after, epoch + b" " + before + b" " + after + b" 1 2",
                            epoch + b" -1 " + after, epoch + b" " + after + b" " + before + b"0"):
                 await refused(RedisRates(store, RATES).cancel(record))
-            assert await RedisRates(store, RATES).tokens() == pytest.approx(0, abs=0.01)
+            refilled = await RedisRates(store, RATES).tokens()
+            assert 0 <= refilled <= (time.monotonic() - started) * 1.0 + 1e-6  # 1 a second since the burst was taken
             assert await RedisRates(store, RATES).cancel(reserved.record) == 1  # the real one still gives it back
             assert await RedisRates(store, RATES).tokens() == pytest.approx(10, abs=0.01)
         finally:
@@ -151,22 +155,106 @@ def test_the_scripts_every_client_loads_take_no_time_from_a_client(run: Run[None
     run(main())
 
 
+MOST_GRANTS = 131_072  # _redis_window.lua's cap on the grants its log keeps
+
+
 def test_a_window_keeps_at_most_its_cap_of_grants_in_its_log(run_on: RunOn[None], redis_url: str) -> None:
-    """The script is the subject, not the loop: one stock asyncio loop, the first grants sent 64 at a time."""
-    most, batch = 4096, 64
+    """The script is the subject, not the loop: one stock asyncio loop; the log filled by hand to one grant short
+    of the cap (that many round trips would take minutes), as grants of the key made in the same instant."""
 
     async def main() -> None:
         store = RedisStore(redis_url, "crowded")
         window = window_definition(3600 * 10**9, 1e6)  # room for a million tokens an hour
+        log = store.redis_key + ":log"
         try:
-            granted = []
-            for _ in range(most // batch):
-                granted += await asyncio.gather(*(RedisRates(store, window).reserve(1e-3, 0) for _ in range(batch)))
-            assert [isinstance(g, _store_redis.Reserved) for g in granted] == [True] * most
+            first = await RedisRates(store, window).reserve(1e-3, 0)
+            assert isinstance(first, _store_redis.Reserved)
+            ((_, at),) = await store.redis.zrange(log, 0, -1, withscores=True)
+            for start in range(2, MOST_GRANTS - 1, 8192):
+                await store.redis.zadd(log, {f"{q}:0.001": at for q in range(start, min(start + 8192, MOST_GRANTS - 1))})
+            await store.redis.hset(store.redis_key, mapping={"q": MOST_GRANTS - 2, "u": repr((MOST_GRANTS - 2) * 1e-3)})
+            assert await store.redis.zcard(log) == MOST_GRANTS - 2
+            for _ in range(2):  # the last two the cap lets in
+                assert isinstance(await RedisRates(store, window).reserve(1e-3, 0), _store_redis.Reserved)
             assert not isinstance(await RedisRates(store, window).reserve(1e-3, 0), _store_redis.Reserved)
-            assert await store.redis.zcard(store.redis_key + ":log") == most
+            assert await store.redis.zcard(log) == MOST_GRANTS
             assert await RedisRates(store, window).fit_delay(1e-3) > 0  # until the oldest grant leaves its window
         finally:
             await store.redis.aclose()
 
     run_on(asyncio.new_event_loop(), main())
+
+
+async def kept_and_logged(store: RedisStore) -> tuple[bytes | None, float]:
+    """The sum the script keeps for a window's log, and the tokens of the grants in the log summed here from its
+    members, read together (the key may expire between two reads apart)."""
+    async with store.redis.pipeline(transaction=True) as both:
+        kept, members = await both.hget(store.redis_key, "u").zrange(store.redis_key + ":log", 0, -1).execute()
+    return kept, sum(float(member.split(b":")[1]) for member in members)
+
+
+def test_a_windows_sum_of_its_log_follows_every_change_of_the_log(run: Run[None], redis_url: str) -> None:
+    """The script keeps the tokens of its log in the hash (``u``), so that a decision does not read the log:
+    after every operation, on a window whose grants leave it as the test runs, it is the log's sum."""
+    import random
+
+    async def main() -> None:
+        store = RedisStore(redis_url, "summed")
+        rates = RedisRates(store, window_definition(50 * 10**6, 10.0))  # 10 tokens in any 50 ms
+        rng = random.Random(20261129)
+        held: list[bytes] = []
+        made: list[bytes] = []
+        checked = 0
+        try:
+            for _ in range(400):
+                step = rng.randrange(8)
+                if step < 3:
+                    hold = rng.random() < 0.3
+                    got = await rates.reserve(rng.choice([0.25, 1.0, 2.0, 0.1]), 0, hold)
+                    if isinstance(got, _store_redis.Reserved):
+                        (held if hold else made).append(got.record)
+                elif step == 3 and made:
+                    await rates.cancel(made.pop(rng.randrange(len(made))))
+                elif step == 4 and held:
+                    await rates.end_hold(held.pop(rng.randrange(len(held))))
+                elif step == 5 and held:
+                    record, used = held.pop(rng.randrange(len(held))), rng.choice([0.0, 0.5, 3.0])
+                    settled = await rates.settle(float(record.split(b":")[-2 if record.endswith(b":h") else -1]), used,
+                                                 record)
+                    assert settled is not None
+                    if used:  # else it left the log
+                        held.append(settled)
+                elif step == 6:
+                    await rates.settle(1.0, rng.choice([0.0, 0.5, 3.0]))
+                else:
+                    await rates.tokens()
+                kept, logged = await kept_and_logged(store)
+                if kept is not None:
+                    assert float(kept) == pytest.approx(logged, abs=1e-9)
+                    checked += 1
+                await asyncio.sleep(rng.choice([0, 0, 0, 0.005, 0.02]))
+            assert checked >= 300
+        finally:
+            await store.redis.aclose()
+
+    run(main())
+
+
+def test_a_window_key_without_its_sum_has_it_summed_from_its_log(run: Run[None], redis_url: str) -> None:
+    """A key an earlier script wrote keeps no sum: its first call sums the log, and decides by it."""
+
+    async def main() -> None:
+        store = RedisStore(redis_url, "unsummed")
+        rates = RedisRates(store, window_definition(3600 * 10**9, 10.0))
+        try:
+            for amount in (2.0, 3.0, 1.5):
+                assert isinstance(await rates.reserve(amount, 0), _store_redis.Reserved)
+            await store.redis.hdel(store.redis_key, "u")
+            assert await rates.tokens() == 10.0 - 6.5
+            assert not isinstance(await rates.reserve(4.0, 0), _store_redis.Reserved)
+            assert isinstance(await rates.reserve(3.5, 0), _store_redis.Reserved)
+            assert float(await store.redis.hget(store.redis_key, "u")) == 10.0
+        finally:
+            await store.redis.aclose()
+
+    run(main())
