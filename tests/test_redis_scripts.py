@@ -240,6 +240,29 @@ def test_a_windows_sum_of_its_log_follows_every_change_of_the_log(run: Run[None]
     run(main())
 
 
+def test_a_windows_grants_stay_in_it_as_its_epoch_moves(run: Run[None], redis_url: str,
+                                                        client_clock: ClientClock) -> None:
+    """Instants are kept after an epoch that moves once 2^50 ns (13 days) have passed: whatever call meets that
+    moment, the log's instants and the hash's epoch move together, and a month's window keeps its grants."""
+
+    async def main() -> None:
+        store = RedisStore(redis_url, "rebased")
+        store._client_clock = True  # the test's clock: it moves the 13 days
+        rates = RedisRates(store, window_definition(30 * 86_400 * 10**9, 10.0))  # 10 in any 30 days
+        try:
+            for _ in range(4):
+                assert isinstance(await rates.reserve(1.0, 0), _store_redis.Reserved)
+            client_clock.us += 2**50 // 1000 + 10**6  # a second past the epoch's move
+            for _ in range(3):
+                assert await rates.tokens() == 6.0  # the four grants are still inside the window, at every call
+            assert isinstance(await rates.reserve(6.0, 0), _store_redis.Reserved)
+            assert not isinstance(await rates.reserve(1.0, 0), _store_redis.Reserved)
+        finally:
+            await store.redis.aclose()
+
+    run(main())
+
+
 def test_a_window_key_without_its_sum_has_it_summed_from_its_log(run: Run[None], redis_url: str) -> None:
     """A key an earlier script wrote keeps no sum: its first call sums the log, and decides by it."""
 
