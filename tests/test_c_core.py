@@ -32,6 +32,7 @@ SOURCES = {
     "test_limits": [TESTS / "test_limits.c", CORE / "limits.c", CORE / "window.c"],
     "test_queue": [TESTS / "test_queue.c", CORE / "queue.c", CORE / "limits.c", CORE / "window.c"],
     "test_grant": [TESTS / "test_grant.c", CORE / "queue.c", CORE / "limits.c", CORE / "window.c"],
+    "test_quota": [TESTS / "test_quota.c", CORE / "quota.c"],
     "test_shm": [TESTS / "test_shm.c", *STORE],
     "test_shm_sequences": [TESTS / "test_shm_sequences.c", *STORE],
     "test_shm_threads": [TESTS / "test_shm_threads.c", *STORE],

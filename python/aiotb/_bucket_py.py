@@ -530,6 +530,12 @@ class Bucket:
             return False  # ended long before any reading of the clock
         return self._core.limit_until(x, seconds_to_ns(seconds), seconds_to_ns(within), now)
 
+    def _obey(self, kind: int, slack: float, headers: object, in_flight: float) -> object:
+        """The C engine reads the common forms of a server's rate-limit headers itself (quota.c, for the HTTP
+        adapters), answering as aiotb._signals does, and returns None (or NotImplemented for the others); here that
+        reader is the only one: NotImplemented, so the adapters call it."""
+        return NotImplemented
+
     # ---- what it can tell ----
 
     @_locked

@@ -5,6 +5,7 @@ that asks the client to come back later, and of what a response says is left of 
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import threading
 import weakref
@@ -13,7 +14,7 @@ from typing import Any, Callable, TypeVar
 from . import _params
 from ._adaptive import AdaptiveLimiter
 from ._capabilities import refusal
-from ._limiter import Limiter, quota_left
+from ._limiter import LIMIT_SLACK, Limiter, quota_left
 from ._signals import QUOTAS, Headers, QuotaKind
 from ._store import StoreError
 
@@ -114,6 +115,18 @@ async def observe(limiter: Limiter[Any], status: int, sent_at: float, tokens: fl
             await limiter.aobserve(status, sent_at=sent_at, amount=tokens)
         except StoreError as error:
             log.warning("the answer %d of %s could not adapt the rate: %s", status, host or "a server", error)
+
+
+def obeyer(limiter: Limiter[Any], quota: QuotaKind | None) -> Callable[[Headers, float], object] | None:
+    """What follows a response's headers at once for limiter (``obey`` without its coroutine): for a limiter in
+    process whose ``limit_until`` is Limiter's, its engine's ``_obey`` for quota, called with the headers and the
+    tokens in flight. It returns NotImplemented, having changed nothing, for what ``obey`` must read (the C engine
+    reads the common forms itself, the twin none). None where there is nothing to follow, or ``obey`` must."""
+    kind = type(limiter)
+    if (quota is None or getattr(limiter, "store", None) is not None or kind.limit_until is not Limiter.limit_until
+            or kind.alimit_until is not Limiter.alimit_until):
+        return None
+    return functools.partial(limiter._obey, QUOTAS.index(quota), LIMIT_SLACK)
 
 
 async def obey(limiter: Limiter[Any], headers: Headers, quota: QuotaKind | None, in_flight: float,

@@ -56,6 +56,7 @@ def limiter_middleware(limiter: Limiter[Any], *, amount: float | Callable[[aioht
     tokens_of = _http.amount(limiter, amount)
     quota = _http.follow(limiter, follow)
     flying = None if quota is None else _http.flying(limiter)
+    obey_now = _http.obeyer(limiter, quota)
     most_retries = _http.retries(retries)
     longest = _http.max_pause(max_pause)
 
@@ -84,7 +85,8 @@ def limiter_middleware(limiter: Limiter[Any], *, amount: float | Callable[[aioht
             else:
                 connection.add_callback(slot.release)
             await _http.observe(limiter, response.status, sent_at, tokens, request.url.host)
-            await _http.obey(limiter, response.raw_headers, quota, in_flight, request.url.host)
+            if obey_now is None or obey_now(response.raw_headers, in_flight) is NotImplemented:
+                await _http.obey(limiter, response.raw_headers, quota, in_flight, request.url.host)
             paused = await _http.pause(limiter, response.status, response.headers.get("Retry-After"), longest,
                                        request.url.host)
             if not paused or not retries_left:

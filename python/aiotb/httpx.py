@@ -57,6 +57,7 @@ class LimitedTransport(httpx.AsyncBaseTransport):
         self._amount = _http.amount(limiter, amount)
         self._follow: QuotaKind | None = _http.follow(limiter, follow)
         self._flying = None if self._follow is None else _http.flying(limiter)
+        self._obey_now = _http.obeyer(limiter, self._follow)
         self._retries = _http.retries(retries)
         self._max_pause = _http.max_pause(max_pause)
         self._limiter = limiter
@@ -79,7 +80,9 @@ class LimitedTransport(httpx.AsyncBaseTransport):
         while True:
             response, sent_at, in_flight = await self._send(request, tokens)
             await _http.observe(self._limiter, response.status_code, sent_at, tokens, request.url.host)
-            await _http.obey(self._limiter, response.headers.raw, self._follow, in_flight, request.url.host)
+            headers = response.headers.raw
+            if self._obey_now is None or self._obey_now(headers, in_flight) is NotImplemented:
+                await _http.obey(self._limiter, headers, self._follow, in_flight, request.url.host)
             paused = await _http.pause(self._limiter, response.status_code, response.headers.get("Retry-After"),
                                        self._max_pause, request.url.host)
             if not paused or not retries:

@@ -5,7 +5,8 @@
  * a request that must wait goes to the limiter's dispatcher (aiotb/_dispatch.py) through
  * Limiter._wait, which then drives the queue with one call per decision: _enqueue, _grant_due,
  * _withdraw, _refund, _reckon_late. The concerns live in the headers of binding/, one translation unit: state, clock, params,
- * awaitables, the queue's calls for the dispatcher (waiters.h), the precise timer and the shared segment (Segment,
+ * awaitables, the queue's calls for the dispatcher (waiters.h), the adapters' reading of a server's rate-limit
+ * headers (follow.h), the precise timer and the shared segment (Segment,
  * over shm.h, and a bucket's fast path over it, shared.h), `async with`'s two methods bound once per bucket
  * (bound.h); this file holds the Bucket type and the module. */
 #include "binding/state.h"
@@ -15,6 +16,7 @@
 #include "binding/shared.h"
 #include "binding/awaitables.h"
 #include "binding/waiters.h"
+#include "binding/follow.h"
 #include "binding/timer.h"
 #include "binding/bound.h"
 
@@ -419,6 +421,7 @@ static PyMethodDef bucket_methods[] = {
     {"_set_window", bucket_set_window, METH_VARARGS, NULL},
     {"_pause_until", bucket_pause_until, METH_O, NULL},
     {"_limit_until", bucket_limit_until, METH_VARARGS, NULL},
+    {"_obey", (PyCFunction)(void (*)(void))bucket_obey, METH_FASTCALL, NULL},
     {"_settle_cost", bucket_settle_cost, METH_VARARGS, NULL},
     {"_stats", bucket_stats, METH_NOARGS, NULL},
     {"_as_good_as_new", bucket_as_good_as_new, METH_NOARGS, NULL},
@@ -533,10 +536,11 @@ static int tokenbucket_exec(PyObject *module)
     st->str_close = PyUnicode_InternFromString("close");
     st->str_done = PyUnicode_InternFromString("done");
     st->str_drop_closed = PyUnicode_InternFromString("_drop_closed");
+    st->str_settle = PyUnicode_InternFromString("_settle");
     st->str_seen = PyUnicode_InternFromString("aiotb._tokenbucket.seen");
     if (!st->ready || !st->get_running_loop || !st->is_monotonic_loop || !st->real_type || !st->str_time ||
         !st->str_wait || !st->str_wait_to_hold || !st->str_over_capacity || !st->str_throw || !st->str_close || !st->str_done ||
-        !st->str_drop_closed || !st->str_seen)
+        !st->str_drop_closed || !st->str_settle || !st->str_seen)
         return -1;
     if (PyCFunction_Check(st->get_running_loop) && PyCFunction_GetFlags(st->get_running_loop) == METH_NOARGS) {
         st->running_loop_c = PyCFunction_GetFunction(st->get_running_loop);
@@ -613,6 +617,7 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->str_close);
     Py_CLEAR(st->str_done);
     Py_CLEAR(st->str_drop_closed);
+    Py_CLEAR(st->str_settle);
     Py_CLEAR(st->str_seen);
 #ifdef AIOTB_TRUST_LOOP_HOLDER
     Py_CLEAR(st->str_loop_holder);

@@ -78,6 +78,7 @@ typedef struct {
     PyObject *str_close;
     PyObject *str_done;
     PyObject *str_drop_closed;
+    PyObject *str_settle;
     PyObject *str_seen;          /* this module's key in each thread's state dict (see clock.h) */
 #ifdef AIOTB_TRUST_LOOP_HOLDER
     PyObject *str_loop_holder;   /* asyncio's key for the running loop in that dict (see clock.h) */
