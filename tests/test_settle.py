@@ -76,6 +76,39 @@ def test_debt_delays_the_next_waiter_by_exactly_the_debt_over_the_rate(lib: Simp
     assert vrun(main()) == ns(0.6)
 
 
+def test_a_change_of_rate_keeps_the_debt_owed_at_the_new_rate(lib: SimpleNamespace, vrun: Run[Any]) -> None:
+    """set_rate after a debt (an AdaptiveLimiter's step, say) forgives none of it: 5 tokens owed at 10/s, 2.5 of
+    them left at 0.25 s, paid at 5/s from then (0.5 s), then a token (0.2 s): granted at 0.95 s."""
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        limiter = lib.Limiter(10, 1, burst=10)
+        await limiter.acquire(10)
+        limiter.settle(10, 15)  # 0.5 s of debt at 10/s
+        await asyncio.sleep(0.25)
+        limiter.set_rate(5)
+        assert limiter.tokens == 0
+        await limiter.acquire(1)  # the 2.5 owed, then 1 token: 0.7 s at 5/s
+        return ns(loop.time())
+
+    assert vrun(main()) == ns(0.95)
+
+
+def test_the_engine_says_what_its_rates_owe_now_and_ahead(lib: SimpleNamespace, vrun: Run[Any]) -> None:
+    """What a lease holder tells its key: 5 tokens owed at 10/s, 3 of them 0.2 s later, none from 0.5 s on."""
+    async def main() -> None:
+        limiter = lib.Limiter(10, 1, burst=10)
+        assert limiter._owed(0) == 0
+        await limiter.acquire(10)
+        limiter.settle(10, 15)
+        assert limiter._owed(0) == pytest.approx(5) and limiter._owed(0.2) == pytest.approx(3)
+        assert limiter._owed(0.5) == 0 == limiter._owed(100)
+        for ahead in (-1, math.nan, 2e6):
+            with pytest.raises(ValueError, match="ahead must be from 0 to 1000000 s"):
+                limiter._owed(ahead)
+
+    vrun(main())
+
+
 def test_a_timer_aimed_before_the_debt_fires_early_and_aims_again(lib: SimpleNamespace, vrun: Run[Any]) -> None:
     """The engine takes the debt with no pass of the dispatcher after it: the timer armed for the waiter's old due
     time fires first, finds nothing due, and waits for the new one."""

@@ -39,6 +39,7 @@ __all__ = ["Bucket", "READY", "IMPLEMENTATION", "MAX_SPAN"]
 IMPLEMENTATION = "python"
 LATE_CREDIT_TOKENS = 0.75  # how late a woken waiter may be and still be granted as of its ready instant
 _MAX_SECONDS = MAX_SPAN / 1e9  # (double)TB_MAX_SPAN / 1e9
+MOST_AHEAD = 1_000_000  # s: the furthest _owed looks (a lease is at most 3,600 s)
 _DEFAULT_AMOUNT: Any = 1.0  # an amount left out, which C does not check
 CLOCK_CONFLICT = ("this limiter has waiters on an event loop with another clock: loops that share a limiter "
                   "must all keep time on the monotonic clock (a virtual or patched loop.time() cannot be shared)")
@@ -438,6 +439,16 @@ class Bucket:
         """Gives back tokens granted to a waiter that never used them."""
         x = _double(amount)
         self._core.refund(x, self._configured_now())
+
+    @_locked
+    def _owed(self, ahead: float) -> float:
+        """The most tokens a rate would still owe ahead seconds from now (0 when none would); ValueError unless
+        ahead is from 0 to MOST_AHEAD s."""
+        seconds = _double(ahead)
+        now = self._configured_now()
+        if not 0 <= seconds <= MOST_AHEAD:
+            raise ValueError(f"ahead must be from 0 to {MOST_AHEAD} s, got {ahead!r}")
+        return self._core.owed(now, now + int(seconds * 1e9))
 
     @_locked
     def _settle_cost(self, taken: float, used: float, held: bool) -> None:

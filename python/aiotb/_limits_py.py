@@ -130,18 +130,23 @@ def _rate_fit_at(r: Rate, f: int, need: int, now: int) -> int:
     return now if _fits(r, f, need, now) else _ns_from(f - (r.burst_ticks - need))
 
 
-def _rate_tokens(r: Rate, f: int, now: int) -> float:
-    """Tokens one rate holds at now."""
+def _rate_balance(r: Rate, f: int, now: int) -> float:
+    """Tokens one rate holds at now, below 0 when F is more than a burst ahead (tokens reserved ahead)."""
     owed = _debt(f, now)
-    if owed <= 0:
-        return r.burst
-    tokens = r.burst - float(owed) / TICKS_PER_NS / r.ns_per_token
+    return r.burst if owed <= 0 else r.burst - float(owed) / TICKS_PER_NS / r.ns_per_token
+
+
+def _rate_tokens(r: Rate, f: int, now: int) -> float:
+    """Tokens one rate holds at now: its balance, but never below 0."""
+    tokens = _rate_balance(r, f, now)
     return tokens if tokens > 0 else 0.0
 
 
 def _holding(r: Rate, tokens: float, now: int) -> int:
-    """F for a rate that holds tokens at now."""
-    return _at_tick(now) + _ticks((r.burst - (tokens if tokens < r.burst else r.burst)) * r.ns_per_token)
+    """F for a rate that holds tokens at now (at most its burst; below 0, a debt: full again at most MAX_SPAN
+    after now)."""
+    owed_ns = (r.burst - (tokens if tokens < r.burst else r.burst)) * r.ns_per_token
+    return _at_tick(now) + _ticks(owed_ns if owed_ns < MAX_SPAN else float(MAX_SPAN))
 
 
 def _debt_in_range(f: int, debt_ticks: int, now: int) -> bool:
@@ -311,6 +316,16 @@ class Limits:
             tokens = self.limited_left
         return tokens if tokens > 0 else 0.0
 
+    def owed(self, now: int, t: int) -> float:
+        """The most tokens a rate would still owe at t >= now (a settled debt not yet refilled; 0 when none would)."""
+        self.anchor(now)
+        owed = 0.0
+        for r, f in zip(self.rates, self.state):
+            balance = _rate_balance(r, f, t)
+            if -balance > owed:
+                owed = -balance
+        return owed
+
     def fits(self, amount: float, now: int) -> bool:
         """Whether every limit grants amount at now."""
         self.anchor(now)
@@ -461,12 +476,12 @@ class Limits:
 
     def set_rate(self, index: int, ns_per_token: float, burst: float, now: int) -> int:
         """Changes rate index to a new refill and capacity as of now, keeping the tokens it holds
-        (at most the new burst); OK, or EINVAL."""
+        (at most the new burst; a debt, owed at the new refill); OK, or EINVAL."""
         if not 0 <= index < len(self.rates) or not _rate_ok(ns_per_token, burst, 0):
             return EINVAL
         self.anchor(now)
-        tokens = _rate_tokens(self.rates[index], self.state[index], now)
-        self.rates[index] = Rate(ns_per_token, burst)
+        tokens = _rate_balance(self.rates[index], self.state[index], now)  # a settled debt is kept, in the new
+        self.rates[index] = Rate(ns_per_token, burst)                      # rate's time
         self.state[index] = _holding(self.rates[index], tokens, now)
         self.max_amount = _most_grantable(self)
         _debug_check(self)

@@ -143,6 +143,10 @@ class Bucket:
         """Tokens available at now (never negative, at most burst)."""
         return self.limits.tokens(now)
 
+    def owed(self, now: int, t: int) -> float:
+        """The most tokens a rate would still owe at t >= now (Limits.owed)."""
+        return self.limits.owed(now, t)
+
     def _must_queue(self) -> bool:
         """Whether a newcomer must queue behind the waiters regardless of free tokens."""
         return self.waiting > 0 and (self.fair or self.with_deadline > 0)
@@ -424,7 +428,7 @@ class Bucket:
 
     def set_rate(self, index: int, ns_per_token: float, burst: float, now: int) -> int:
         """Changes rate index to a new refill and capacity as of now, keeping the tokens it holds (at most
-        the new burst); OK, or EINVAL. Queued waiters keep their place."""
+        the new burst; a debt, owed at the new refill); OK, or EINVAL. Queued waiters keep their place."""
         status = self.limits.set_rate(index, ns_per_token, burst, now)
         _debug_check(self)
         return status

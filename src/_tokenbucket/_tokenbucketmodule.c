@@ -334,6 +334,22 @@ static PyObject *bucket_settle_cost(PyObject *op, PyObject *args)
 
 /* ---- Bucket: what it can tell ---- */
 
+#define MOST_AHEAD 1000000  /* s: the furthest _owed looks (a lease is at most 3,600 s) */
+
+// _owed(ahead) -> the most tokens a rate would still owe ahead seconds from now (0 when none would);
+// ValueError unless ahead is from 0 to MOST_AHEAD s.
+static PyObject *bucket_owed(PyObject *op, PyObject *arg)
+{
+    BucketObject *self = (BucketObject *)op;
+    double ahead;
+    tb_ns now;
+    if (glue_amount_now(self, arg, &ahead, &now) < 0)
+        return NULL;
+    if (!(ahead >= 0 && ahead <= MOST_AHEAD))
+        return PyErr_Format(PyExc_ValueError, "ahead must be from 0 to %d s, got %R", MOST_AHEAD, arg);
+    return PyFloat_FromDouble(tb_owed(&self->core, now, now + (tb_ns)(ahead * 1e9)));
+}
+
 // _stats() -> (granted, granted_tokens, waits, wait_total, wait_max, cancelled, timeouts), times in seconds.
 static PyObject *bucket_stats(PyObject *op, PyObject *Py_UNUSED(ignored))
 {
@@ -424,6 +440,7 @@ static PyMethodDef bucket_methods[] = {
     {"_obey", (PyCFunction)(void (*)(void))bucket_obey, METH_FASTCALL, NULL},
     {"_settle_cost", bucket_settle_cost, METH_VARARGS, NULL},
     {"_stats", bucket_stats, METH_NOARGS, NULL},
+    {"_owed", bucket_owed, METH_O, NULL},
     {"_as_good_as_new", bucket_as_good_as_new, METH_NOARGS, NULL},
     {"_share", (PyCFunction)(void (*)(void))bucket_share, METH_FASTCALL, NULL},
     {"_share_busy", bucket_share_busy, METH_O, NULL},

@@ -91,7 +91,8 @@ double tb_rate_tokens(const tb_rate *r, tb_gcra f, tb_ns now)
 
 tb_gcra tb_rate_holding(const tb_rate *r, double tokens, tb_ns now)
 {
-    return tb_at_tick(now) + tb_ticks((r->burst - (tokens < r->burst ? tokens : r->burst)) * r->ns_per_token);
+    double owed_ns = (r->burst - (tokens < r->burst ? tokens : r->burst)) * r->ns_per_token;
+    return tb_at_tick(now) + tb_ticks(owed_ns < (double)TB_MAX_SPAN ? owed_ns : (double)TB_MAX_SPAN);
 }
 
 /* ---- every limit at once ---- */
@@ -222,6 +223,18 @@ double tb_limits_tokens(tb_limits *l, tb_ns now)
     if (now < l->limited_until && l->limited_left < tokens)
         tokens = l->limited_left;
     return tokens > 0 ? tokens : 0;
+}
+
+double tb_limits_owed(tb_limits *l, tb_ns now, tb_ns t)
+{
+    tb_limits_anchor(l, now);
+    double owed = 0;
+    for (uint32_t i = 0; i < l->nrates; i++) {
+        double balance = tb_rate_balance(&l->rates[i], l->state[i], t);
+        if (-balance > owed)
+            owed = -balance;
+    }
+    return owed;
 }
 
 bool tb_limits_fits(tb_limits *l, double amount, tb_ns now)
@@ -426,7 +439,7 @@ tb_status tb_limits_set_rate(tb_limits *l, uint32_t index, double ns_per_token, 
         return TB_EINVAL;
     tb_limits_anchor(l, now);
     tb_rate *r = &l->rates[index];
-    double tokens = tb_rate_tokens(r, l->state[index], now);
+    double tokens = tb_rate_balance(r, l->state[index], now);  /* a settled debt is kept, in the new rate's time */
     *r = tb_rate_make(ns_per_token, burst, 0);
     l->state[index] = tb_rate_holding(r, tokens, now);
     l->max_amount = most_grantable(l);

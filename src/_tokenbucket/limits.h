@@ -113,7 +113,7 @@ tb_ns tb_rate_fit_at(const tb_rate *r, tb_gcra f, int64_t need, tb_ns now);
 double tb_rate_balance(const tb_rate *r, tb_gcra f, tb_ns now);
 /* Tokens one rate holds at now: its balance, but never below 0. */
 double tb_rate_tokens(const tb_rate *r, tb_gcra f, tb_ns now);
-/* F for a rate that holds tokens (at most its burst) at now. */
+/* F for a rate that holds tokens (at most its burst; below 0, a debt: full again at most TB_MAX_SPAN after now). */
 tb_gcra tb_rate_holding(const tb_rate *r, double tokens, tb_ns now);
 
 /* ---- limits ---- */
@@ -131,6 +131,8 @@ void tb_limits_release(tb_limits *l);
 void tb_limits_anchor(tb_limits *l, tb_ns now);
 /* Tokens available at now (never negative, at most the smallest burst or window limit). */
 double tb_limits_tokens(tb_limits *l, tb_ns now);
+/* The most tokens a rate would still owe at t >= now (a settled debt not yet refilled; 0 when none would). */
+double tb_limits_owed(tb_limits *l, tb_ns now, tb_ns t);
 /* Whether every limit grants amount at now. */
 bool tb_limits_fits(tb_limits *l, double amount, tb_ns now);
 /* The first instant >= t at which every limit grants amount, should every hold end at t
@@ -183,7 +185,7 @@ bool tb_limits_full(const tb_limits *l, tb_ns now);
 /* Sets the late credit in time of one token of the fastest rate: values outside (0, 1) mean 0. */
 void tb_limits_set_late_credit(tb_limits *l, double tokens);
 /* Changes rate index to a new refill and capacity as of now, keeping the tokens it holds (at
- * most the new burst); TB_OK, or TB_EINVAL. */
+ * most the new burst; a debt, owed at the new refill); TB_OK, or TB_EINVAL. */
 tb_status tb_limits_set_rate(tb_limits *l, uint32_t index, double ns_per_token, double burst, tb_ns now);
 /* Changes the window's period and limit, keeping its log of grants; TB_OK, or TB_EINVAL (also
  * for limits without a window). */

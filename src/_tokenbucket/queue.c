@@ -97,6 +97,11 @@ double tb_tokens(tb_bucket *b, tb_ns now)
     return tb_limits_tokens(&b->limits, now);
 }
 
+double tb_owed(tb_bucket *b, tb_ns now, tb_ns t)
+{
+    return tb_limits_owed(&b->limits, now, t);
+}
+
 // Whether a newcomer must queue behind the waiters regardless of free tokens.
 static bool must_queue(const tb_bucket *b)
 {

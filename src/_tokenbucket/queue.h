@@ -80,6 +80,8 @@ void tb_release(tb_bucket *b);
 
 /* Tokens available at now (never negative, at most burst). */
 double tb_tokens(tb_bucket *b, tb_ns now);
+/* The most tokens a rate would still owe at t >= now (tb_limits_owed). */
+double tb_owed(tb_bucket *b, tb_ns now, tb_ns t);
 /* Whether a newcomer asking for amount at now would be granted without waiting. */
 bool tb_can_take(tb_bucket *b, double amount, tb_ns now);
 /* Grants amount at now if a newcomer may have it without waiting, counting the grant; returns whether it did. */
@@ -135,7 +137,7 @@ void tb_end_hold(tb_bucket *b, double amount, tb_ns now);
  * stall is not made up, and no interval of length t sees a whole token over burst + rate*t. */
 void tb_set_late_credit(tb_bucket *b, double tokens);
 /* Changes rate index to a new refill and capacity as of now, keeping the tokens it holds (at
- * most the new burst); TB_OK, or TB_EINVAL. Queued waiters keep their place. */
+ * most the new burst; a debt, owed at the new refill); TB_OK, or TB_EINVAL. Queued waiters keep their place. */
 tb_status tb_set_rate(tb_bucket *b, uint32_t index, double ns_per_token, double burst, tb_ns now);
 /* Changes the window's period and limit, keeping its log of grants; TB_OK or TB_EINVAL. */
 tb_status tb_set_window(tb_bucket *b, tb_ns period, double limit);

@@ -325,6 +325,15 @@ static void test_settle(void)
     CHECK(tb_limits_tokens(&l, 0) == 0 && tb_rate_balance(&l.rates[0], l.state[0], 0) == -5);
     CHECK(!tb_limits_fits(&l, 1, 5 * MS) && tb_limits_fit_at(&l, 1, 0) == 6 * MS);
     HOLDS(&l);
+    /* What a rate still owes, now and later: 5, 3 at 2 ms, none at 5 ms and after. */
+    CHECK(tb_limits_owed(&l, 0, 0) == 5 && tb_limits_owed(&l, 0, 2 * MS) == 3 && tb_limits_owed(&l, 0, 5 * MS) == 0);
+    CHECK(tb_limits_owed(&l, 0, SECOND) == 0);
+    /* A change of rate keeps the debt, owed at the new refill: 5 tokens at 2 ms each, then back. */
+    CHECK(tb_limits_set_rate(&l, 0, 2e6, 10, 0) == TB_OK);
+    CHECK(tb_rate_balance(&l.rates[0], l.state[0], 0) == -5 && tb_limits_fit_at(&l, 1, 0) == 12 * MS);
+    CHECK(tb_limits_set_rate(&l, 0, 1e6, 10, 0) == TB_OK);
+    CHECK(tb_rate_balance(&l.rates[0], l.state[0], 0) == -5 && tb_limits_fit_at(&l, 1, 0) == 6 * MS);
+    HOLDS(&l);
     /* A refund never fills the rate past full: long after, nothing more comes back. */
     CHECK(tb_limits_settle(&l, 10, 0, false, SECOND) == TB_OK);
     CHECK(l.state[0] == tb_full_since(SECOND) && tb_limits_tokens(&l, SECOND) == 10);
