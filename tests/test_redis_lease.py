@@ -56,19 +56,19 @@ def script(client_clock: ClientClock, redis_url: str) -> SimpleNamespace:
 def test_units_are_split_max_min_fairly_over_the_wants(run: Run[None], script: SimpleNamespace) -> None:
     async def main() -> None:
         s, d = script.store, script.definition
-        a = await RedisLease(s, d).lease_units("a", 0, 8, 0.0)
+        a = await RedisLease(s, d).lease_units("a", 0, 8, 0.0, 0.0)
         assert (a.units, a.share, a.fresh, a.tokens) == (8, 8, True, 8.0)  # a new key: every unit full
-        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0)
+        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0, 0.0)
         assert (b.units, b.share) == (0, 4)  # its share is half, but a holds every unit until it gives them back
-        a = await RedisLease(s, d).lease_units("a", 8, 8, 0.0)
+        a = await RedisLease(s, d).lease_units("a", 8, 8, 0.0, 0.0)
         assert (a.units, a.share, a.fresh) == (8, 4, False)
-        a = await RedisLease(s, d).lease_units("a", 4, 8, 0.5)  # gives 4 back, each holding half its burst
+        a = await RedisLease(s, d).lease_units("a", 4, 8, 0.5, 0.0)  # gives 4 back, each holding half its burst
         assert (a.units, a.share) == (4, 4)
-        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0)
+        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0, 0.0)
         assert (b.units, b.share, b.fresh, b.tokens) == (4, 4, False, 2.0)
-        c = await RedisLease(s, d).lease_units("c", 0, 1, 0.0)  # wants one: gets it when one is free, the others split the rest
+        c = await RedisLease(s, d).lease_units("c", 0, 1, 0.0, 0.0)  # wants one: gets it when one is free, the others split the rest
         assert (c.units, c.share) == (0, 1)
-        a = await RedisLease(s, d).lease_units("a", 4, 8, 0.0)
+        a = await RedisLease(s, d).lease_units("a", 4, 8, 0.0, 0.0)
         assert (a.units, a.share) == (4, 3)
         await s.redis.aclose()
 
@@ -78,16 +78,16 @@ def test_units_are_split_max_min_fairly_over_the_wants(run: Run[None], script: S
 def test_free_units_refill_and_the_fullest_go_first(run: Run[None], script: SimpleNamespace) -> None:
     async def main() -> None:
         s, d, clock = script.store, script.definition, script.clock
-        await RedisLease(s, d).lease_units("a", 0, 8, 0.0)
-        a = await RedisLease(s, d).lease_units("a", 8, 2, 0.0)
+        await RedisLease(s, d).lease_units("a", 0, 8, 0.0, 0.0)
+        a = await RedisLease(s, d).lease_units("a", 8, 2, 0.0, 0.0)
         assert (a.units, a.share) == (8, 2)  # told to keep 2: it gives the rest back at its next call
-        await RedisLease(s, d).lease_units("a", 2, 2, 0.0)  # 6 back, empty, at START
+        await RedisLease(s, d).lease_units("a", 2, 2, 0.0, 0.0)  # 6 back, empty, at START
         clock.us += 40_000  # 40 ms: each free unit refilled 0.5 token (12.5/s)
-        a = await RedisLease(s, d).lease_units("a", 0, 0, 0.0)  # the last 2 back, empty: a holds nothing and wants nothing
+        a = await RedisLease(s, d).lease_units("a", 0, 0, 0.0, 0.0)  # the last 2 back, empty: a holds nothing and wants nothing
         assert (a.units, a.share) == (0, 0)
         assert b"a," not in await s.redis.hget(s.redis_key, "H")
         clock.us += 40_000
-        b = await RedisLease(s, d).lease_units("b", 0, 7, 0.0)
+        b = await RedisLease(s, d).lease_units("b", 0, 7, 0.0, 0.0)
         assert b.units == 7
         assert b.tokens == pytest.approx(6 * 1.0 + 0.5)  # the six that refilled 80 ms (1 token, the burst), then one
         await s.redis.aclose()
@@ -98,14 +98,14 @@ def test_free_units_refill_and_the_fullest_go_first(run: Run[None], script: Simp
 def test_a_lease_not_renewed_gives_its_units_back_empty_at_its_end(run: Run[None], script: SimpleNamespace) -> None:
     async def main() -> None:
         s, d, clock = script.store, script.definition, script.clock
-        await RedisLease(s, d).lease_units("a", 0, 8, 0.0)
+        await RedisLease(s, d).lease_units("a", 0, 8, 0.0, 0.0)
         clock.us += 999_999
-        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0)
+        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0, 0.0)
         assert b.units == 0  # a's lease ends 1 s after its call: not yet
         clock.us += 1 + 40_000  # 40 ms after a's end
-        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0)
+        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0, 0.0)
         assert (b.units, b.tokens) == (8, pytest.approx(8 * 0.5))  # empty at a's end, refilled 40 ms since
-        a = await RedisLease(s, d).lease_units("a", 8, 8, 0.0)
+        a = await RedisLease(s, d).lease_units("a", 8, 8, 0.0, 0.0)
         assert (a.units, a.fresh) == (0, True)  # a learns its lease ended
         await s.redis.aclose()
 
@@ -115,9 +115,9 @@ def test_a_lease_not_renewed_gives_its_units_back_empty_at_its_end(run: Run[None
 def test_release_gives_every_unit_back_with_its_tokens(run: Run[None], script: SimpleNamespace) -> None:
     async def main() -> None:
         s, d = script.store, script.definition
-        await RedisLease(s, d).lease_units("a", 0, 8, 0.0)
-        await RedisLease(s, d).release_units("a", 0.25)
-        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0)
+        await RedisLease(s, d).lease_units("a", 0, 8, 0.0, 0.0)
+        await RedisLease(s, d).release_units("a", 0.25, 0.0)
+        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0, 0.0)
         assert (b.units, b.tokens) == (8, 8 * 0.25)
         await s.redis.aclose()
 
@@ -127,10 +127,10 @@ def test_release_gives_every_unit_back_with_its_tokens(run: Run[None], script: S
 def test_a_pause_reaches_every_holder_as_it_renews(run: Run[None], script: SimpleNamespace) -> None:
     async def main() -> None:
         s, d, clock = script.store, script.definition, script.clock
-        await RedisLease(s, d).lease_units("a", 0, 8, 0.0)
+        await RedisLease(s, d).lease_units("a", 0, 8, 0.0, 0.0)
         assert await RedisLease(s, d).pause(300_000_000) == 300_000_000
         clock.us += 100_000
-        a = await RedisLease(s, d).lease_units("a", 8, 8, 0.0)
+        a = await RedisLease(s, d).lease_units("a", 8, 8, 0.0, 0.0)
         assert a.pause_ns == 200_000_000
         await s.redis.aclose()
 
@@ -152,9 +152,9 @@ def test_the_key_expires_once_no_unit_is_held_and_all_are_full(run: Run[None], s
         s, d = script.store, script.definition
         s._client_clock = False
         try:
-            ttl, spent = await ttl_after(RedisLease(s, d).lease_units("a", 0, 8, 0.0))
+            ttl, spent = await ttl_after(RedisLease(s, d).lease_units("a", 0, 8, 0.0, 0.0))
             assert 1079 - spent <= ttl <= 1082, spent  # the lease's end, and the units' refill from empty then (80 ms)
-            ttl, spent = await ttl_after(RedisLease(s, d).release_units("a", 0.0))  # empty units: each full again
+            ttl, spent = await ttl_after(RedisLease(s, d).release_units("a", 0.0, 0.0))  # empty units: each full again
             assert 79 - spent <= ttl <= 82, spent                                     # 1 token / 12.5 per s later
         finally:
             await s.redis.aclose()
@@ -365,6 +365,78 @@ def test_units_given_back_carry_their_tokens(run: Run[None], redis_url: str) -> 
         await b.acquire(5)
         assert b.stats().waits == 0  # the 5 came with the units: no wait for refill
         assert not await b.atry_acquire()
+        await closed(a, b)
+
+    run(main())
+
+
+async def _owed_in_redis(limiter: Any) -> tuple[float, dict[str, float]]:
+    """What the key owes, and what each holder it keeps told it owes."""
+    kept = await limiter.store.redis.hmget(limiter.store.redis_key, "o", "H")
+    holders = {word.split(",")[0]: float(word.split(",")[4]) for word in (kept[1] or b"").decode().split()}
+    return float(kept[0] or 0), holders
+
+
+def test_settle_gives_back_to_the_units_held_and_a_debt_stays_with_the_key(lib: SimpleNamespace, run: Run[None],
+                                                                          redis_url: str) -> None:
+    """6 per 1,000 s (refill negligible here): a grant of 6 that cost 2 gives 4 back; a slot of 3 that cost 1 gives
+    2 back (3 left); a grant of 2 that cost 8 owes 3, which the key keeps with A's lease (it outlasts it), takes over
+    when A gives its units back, and charges to B, the next holder of units."""
+    async def main() -> None:
+        a = leased(lib, redis_url, 6, 1000, burst=6)
+        await a.acquire(6)
+        await a.asettle(6, 2)
+        assert await a.read_tokens() == pytest.approx(4, abs=0.05)
+        async with a.slot(3) as slot:
+            pass
+        await slot.asettle(1)
+        assert await a.read_tokens() == pytest.approx(3, abs=0.05)
+        with pytest.raises(TypeError, match=r"await limiter\.asettle"):
+            a.settle(2, 8)  # type: ignore[misc]
+        await a.asettle(2, 8)
+        assert await a.read_tokens() == 0 and a._owed(0) == pytest.approx(3, abs=0.05)
+        owed, holders = await _owed_in_redis(a)
+        assert owed == 0 and holders[a._holder] == pytest.approx(3, abs=0.05)
+        await a.aclose()  # its units back, its debt to the key
+        assert a._owed(0) == 0
+        owed, holders = await _owed_in_redis(a)
+        assert owed == pytest.approx(3, abs=0.05) and not holders
+        b = leased(lib, redis_url, 6, 1000, burst=6)
+        assert not await b.atry_acquire()
+        await _until(lambda: b.units > 0)
+        assert b._owed(0) == pytest.approx(3, abs=0.05) and not await b.atry_acquire(0.5)
+        owed, holders = await _owed_in_redis(b)
+        assert owed == 0 and holders[b._holder] == pytest.approx(3, abs=0.05)
+        with pytest.raises(ValueError, match="taken must not exceed burst"):
+            await b.asettle(7, 1)
+        assert b._owed(0) == pytest.approx(3, abs=0.05)
+        await closed(a, b)
+
+    run(main())
+
+
+def test_a_debt_outlives_a_lease_that_lapses(run: Run[None], redis_url: str) -> None:
+    """A owes 3 and then cannot renew: its lease lapses at the server, which keeps A's debt for the key and
+    charges it to B; A, back, leases afresh without it (the key had it)."""
+    async def main() -> None:
+        store = Unreachable(redis_url, KEY, lease=0.3, units=16)
+        a = aiotb.Limiter(6, 1000, burst=6, store=store)
+        await a.acquire(6)
+        await a.asettle(6, 9)
+        store.down = True
+        await asyncio.sleep(0.45)  # past the lease's end at the server
+        b = leased(aiotb, redis_url, 6, 1000, burst=6)
+        assert not await b.atry_acquire()
+        await _until(lambda: b.units > 0)
+        assert b._owed(0) == pytest.approx(3, abs=0.05)
+        await b.aclose()
+        store.down = False
+        assert not await a.atry_acquire()  # its units (16, as it last knew) are past their lease: it renews
+        loop = asyncio.get_running_loop()
+        await _until(lambda: a._valid_until > loop.time())
+        assert a._owed(0) == pytest.approx(3, abs=0.05)  # B's debt, left to the key: charged to A, once
+        owed, holders = await _owed_in_redis(a)
+        assert owed == 0 and holders[a._holder] == pytest.approx(3, abs=0.05)
         await closed(a, b)
 
     run(main())

@@ -119,17 +119,20 @@ def test_adapt_refuses_malformed_words_and_changes_nothing(run: Run[None], redis
     run(main())
 
 
-def test_the_lease_script_refuses_a_negative_give_back_and_a_forged_holder(run: Run[None], redis_url: str) -> None:
+def test_the_lease_script_refuses_a_negative_give_back_a_bad_debt_and_a_forged_holder(run: Run[None], redis_url: str) -> None:
     async def main() -> None:
         store = RedisStore(redis_url, "leased", lease=1.0, units=4)
         leased = lease_definition(4, 1.0, [(1e9, 8.0, 8.0)])
         try:
-            lease = await RedisLease(store, leased).lease_units("a", 0, 4, 1.0)
+            lease = await RedisLease(store, leased).lease_units("a", 0, 4, 1.0, 0.0)
             assert lease.units == 4
-            await refused(RedisLease(store, leased).lease_units("a", -100, 4, 1.0))  # would hand 104 units back
-            await refused(RedisLease(store, leased).lease_units("b,4,4,99999999999999999", 0, 4, 1.0))
-            await refused(RedisLease(store, leased).lease_units("b", 0, 4, float("nan")))
-            again = await RedisLease(store, leased).lease_units("c", 0, 4, 1.0)
+            await refused(RedisLease(store, leased).lease_units("a", -100, 4, 1.0, 0.0))  # would hand 104 units back
+            await refused(RedisLease(store, leased).lease_units("b,4,4,99999999999999999", 0, 4, 1.0, 0.0))
+            await refused(RedisLease(store, leased).lease_units("b", 0, 4, float("nan"), 0.0))
+            await refused(RedisLease(store, leased).lease_units("b", 0, 4, 1.0, -1.0))  # a debt below 0
+            await refused(RedisLease(store, leased).release_units("b", 1.0, float("nan")))
+            await refused(RedisLease(store, leased).owe("b", float("inf")))
+            again = await RedisLease(store, leased).lease_units("c", 0, 4, 1.0, 0.0)
             assert again.units == 0  # a holds every unit still: none was made
         finally:
             await store.redis.aclose()

@@ -52,9 +52,6 @@ REFUSED: dict[tuple[str, Store], str] = {
         "a limiter over a leased RedisStore grants from units of the rates it holds, which a limit of the "
         "server's quota would have to reach at every holder's renewal; give it RedisStore(redis, key) "
         "without lease=",
-    ("settle / asettle", "RedisStore(lease=)"):
-        "a limiter over a leased RedisStore grants from units it holds for a while, which a debt taken after "
-        "the grant would outlast; acquire what the work may cost at most",
     ("reserve / areserve", "RedisStore(lease=)"):
         "a limiter over a leased RedisStore grants from the units this process holds for a while, which a "
         "reservation would outlive; use acquire(amount, timeout=...)",

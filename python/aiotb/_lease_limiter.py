@@ -17,6 +17,11 @@ run at different rates), which is never after the server's end of it: a grant it
 with later than that is not used, and the task waits for the lease again. A holder that misses its
 renewal (a stall, Redis away) loses its units at the server's end, empty.
 
+A grant settled for more than it took (``asettle``) is a debt of the units held, which delays their
+next grants. The key keeps what a holder owes (told with each renewal, and at once by a settle whose
+debt would outlast the lease): a holder that lets go of its last unit, or whose lease lapses, leaves
+its debt to the key, which charges it to the next holder of units as it renews.
+
 What it costs against one round trip a grant: order is first come first served within a limiter
 only; units move only when their holders renew, so a newcomer may wait up to a third of a span
 for units that others hold, and an idle holder's share of the burst is not anyone else's until it
@@ -54,7 +59,8 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
     ``await limiter.aclose()`` gives its units back at once (else they come back as its lease ends)."""
 
     __slots__ = ("_store", "_store_rates", "_holder", "_units", "_fair_units", "_share_burst", "_valid_until", "_loop",
-                 "_keeper", "_news", "_asking", "_refused", "_demand_mark", "_renewed_at", "_renew_at", "_credits", "_credited")
+                 "_keeper", "_news", "_asking", "_refused", "_demand_mark", "_renewed_at", "_renew_at", "_credits", "_credited",
+                 "_trip", "_told")
 
     def __init__(self, max_rate: float | None = None, time_period: float = 60, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
@@ -79,6 +85,8 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         self._renewed_at = 0.0  # loop time of the last renewal
         self._renew_at = -math.inf  # loop time of the next: a caller that finds it past lets the keeper run first
         self._credits, self._credited = 0, 0.0  # how often, and how many tokens, units taken brought to the engine
+        self._trip = asyncio.Lock()  # one call that moves units or a debt at a time, its answer applied in it
+        self._told = 0.0  # what the key keeps of this limiter's debt, at least: it takes that if the lease lapses
         self._hold_units(0, empty=True)
 
     @property
@@ -167,8 +175,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
                 await keeper
             except asyncio.CancelledError:
                 pass
-        if self._units:
-            await self._store_rates.release_units(self._holder, self._give_back(0))
+        await self._release()
 
     async def aset_rate(self, max_rate: float, time_period: float | None = None, *,
                         burst: float | None = None, index: int = 0) -> None:
@@ -176,7 +183,27 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         raise refused("set_rate / aset_rate", "RedisStore(lease=)")
 
     def _settle_cost(self, taken: float, used: float, held: bool) -> None:
-        raise refused("settle / asettle", "RedisStore(lease=)")
+        raise TypeError("settle() over a RedisStore may need a round trip to Redis: await limiter.asettle(taken, "
+                        "used), or await slot.asettle(used)")
+
+    @on_its_loop
+    async def asettle(self, taken: float, used: float) -> None:
+        """A grant of ``taken`` tokens cost ``used``, as ``Limiter.settle``, on the units held: less, given back
+        to them; more, taken from them now as debt. A debt they would not have refilled by the end of the lease
+        is told to the key (one round trip), which keeps it should the lease lapse; without a lease, the key
+        takes it over and charges it to the next holder of units."""
+        x, y = self._settle_amounts(taken, used)
+        loop = self._check_loop()
+        self._settle_engine(x, y)
+        if self.waiting:
+            self._settle()
+        if y > x and self._owed(max(0.0, self._valid_until - loop.time())) > 0:
+            async with self._trip:
+                owed = self._owed(0)
+                if await self._store_rates.owe(self._holder, owed):
+                    self._drop_debt()
+                else:
+                    self._told = owed
 
     async def alimit_until(self, tokens: float, when: float) -> None:
         """Not over a leased RedisStore (see the README's table of stores)."""
@@ -279,15 +306,13 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         while True:
             have = min(self._units, max(self._fair_units, self._least_units()))
             give_back = self._give_back(have) if have < self._units else 0.0
-            sent = loop.time()
             try:
-                lease = await self._store_rates.lease_units(self._holder, have, want, give_back)
+                lease = await self._renew(have, want, give_back)
             except Exception as error:  # StoreError, or ValueError for another definition: the callers' to raise
                 self._tell(error)
                 await self._sleep(span * STARVED_EVERY)
                 want = self._want(loop.time())
                 continue
-            self._hold_lease(lease, sent, loop.time())
             self._tell(None)
             if max(lease.share, self._least_units()) < lease.units:
                 continue  # units to give back: at once, asking as before
@@ -309,22 +334,48 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
 
     async def _release_idle(self) -> None:
         """Gives the units back, once the limiter is not used."""
-        if self._units:
-            try:
-                await self._store_rates.release_units(self._holder, self._give_back(0))
-            except StoreError:
-                pass  # they come back as the lease ends
+        try:
+            await self._release()
+        except StoreError:
+            pass  # they come back as the lease ends
+
+    async def _release(self) -> None:
+        """Gives every unit back, with their tokens, and a debt to the key (nothing to do with neither)."""
+        async with self._trip:
+            owed = self._owed(0)
+            if self._units or owed:
+                await self._store_rates.release_units(self._holder, self._give_back(0), owed)
+                self._drop_debt()
+
+    async def _renew(self, have: int, want: int, give_back: float) -> Lease:
+        """One renewal: keeps have units, gives the others back with give_back of their bursts, asks for want,
+        tells what this limiter owes (keeping no unit, the key takes it over), and holds what the script
+        answered."""
+        assert self._loop is not None
+        async with self._trip:
+            sent = self._loop.time()
+            owed = self._owed(0)
+            lease = await self._store_rates.lease_units(self._holder, have, want, give_back, owed)
+            if lease.fresh:  # the key took what it was told this limiter owed, as the lease it had lapsed
+                self._drop_debt(self._told)
+            elif have == 0:  # given to the key with the last unit
+                self._drop_debt()
+            self._told = 0.0 if lease.fresh or have == 0 else owed
+            self._hold_lease(lease, sent, self._loop.time())
+        return lease
 
     def _hold_lease(self, lease: Lease, sent: float, received: float) -> None:
-        """Sets the engine to the units the script answered; the lease ends a span after it was sent."""
+        """Sets the engine to the units the script answered, with the tokens they brought (below 0, the key's
+        debt, charged to them); the lease ends a span after it was sent."""
         span = self._store.lease
         assert span is not None
         self._hold_units(lease.units, empty=lease.fresh or self._units == 0)
         if lease.units and lease.tokens > 0:
-            tokens = lease.tokens * (1 - 1e-12)  # less what doubles may have rounded up
-            Bucket._refund(self, tokens)  # which the engine counts as a grant given back: _stats() adds it back
-            self._credits += 1
-            self._credited += tokens
+            self._credit(lease.tokens * (1 - 1e-12))  # less what doubles may have rounded up
+        elif lease.tokens < 0:
+            self._settle_engine(0.0, -lease.tokens)  # the key's debt, taken now
+            self._told -= lease.tokens
+            self._credited += lease.tokens  # which the engine counts as tokens granted: _stats() takes them out
         self._units, self._fair_units = lease.units, lease.share
         self._valid_until = sent + span * (1 - MARGIN) if lease.units else -math.inf
         if lease.pause_ns:
@@ -343,6 +394,32 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
             Bucket._set_rate(self, i, ns, burst)
         self._share_burst = min(r.burst for r in self._rates) * units / n
         self._units = units
+
+    def _credit(self, tokens: float) -> None:
+        """Gives tokens to the engine (which counts them as a grant given back: _stats() adds it back)."""
+        Bucket._refund(self, tokens)
+        self._credits += 1
+        self._credited += tokens
+
+    def _drop_debt(self, most: float = math.inf) -> None:
+        """Forgets what the units held owe, up to most: the key has taken it over."""
+        owed = min(most, self._owed(0))
+        if owed > 0:
+            self._credit(owed)
+        self._told = 0.0
+
+    def _settle_engine(self, taken: float, used: float) -> None:
+        """Settles a grant of taken that cost used on the engine, whose grants may take less than taken now
+        (units given back since): in steps of half what one may take. ValueError for a debt past the engine's
+        range, nothing changed."""
+        step = min(r.burst for r in self._rates) * max(1, self._units) / self._store.units / 2
+        change = used - taken
+        while change < 0:
+            part = max(change, -step)
+            Bucket._settle_cost(self, step, step + part, False)
+            change -= part
+        if change > 0:
+            Bucket._settle_cost(self, step, step + change, False)
 
     def _give_back(self, keep: int) -> float:
         """Keeps keep units of those held, and returns what the others hold, as a share of a unit's burst

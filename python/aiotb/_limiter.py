@@ -127,8 +127,19 @@ class Slot(Generic[StoreT]):
         self._amount = float(used)  # what its hold, if any, ends with
 
     async def asettle(self, used: float) -> None:
-        """``settle`` over any store: over a RedisStore, for every client of the key (one round trip)."""
-        cast("LocalSlot", self).settle(used)
+        """``settle`` over any store: over a RedisStore, for every client of the key (a round trip where one is
+        needed)."""
+        if self._held:  # a window's grant, held here
+            cast("LocalSlot", self).settle(used)
+            return
+        self._check_settle()
+        self._settled = True  # now: a second settle meanwhile is refused
+        try:
+            await self._limiter.asettle(self._amount, used)
+        except BaseException:
+            self._settled = False  # nothing was settled: it may be settled again
+            raise
+        self._amount = float(used)
 
     def _check_settle(self) -> None:
         """RuntimeError unless the slot's grant may be settled now: entered, and not settled yet."""

@@ -9,11 +9,16 @@
 -- does not renew in time loses its units, empty at the instant its lease ended (it may have spent them just
 -- before). No token is ever made on a move, so the bound burst + rate * t holds over all the holders together.
 --
+-- Debts (a grant settled for more than it took): a holder keeps its own in the tokens of its units, and tells
+-- with each call what it owes (at most what it would still owe at its lease's end). What a holder lets go of (its last unit, or its
+-- lease not renewed in time) goes to the key, which charges it to the next holder left holding units by a
+-- lease call, in the tokens the call answers (below 0: a debt); so no debt is lost, it only moves.
+--
 -- The definition: "lease <units> <span in us> <ns_per_token>,<burst>,<initial>;...". Times are the server's,
 -- in microseconds since the Unix epoch: integers exact in a double until the year 2255.
 --
--- Fields: d the definition, H the holders ("id,units,want,end_us" each), F the free units ("since_us,g"
--- each), p the end of a pause (us).
+-- Fields: d the definition, H the holders ("id,units,want,end_us,owed" each: owed, the tokens it would still
+-- owe at its end), F the free units ("since_us,g" each), p the end of a pause (us), o the tokens owed to the key.
 
 local key = KEYS[1]
 local n, span, rates_text = string.match(definition, '^lease (%d+) (%d+) (.+)$')
@@ -60,8 +65,8 @@ local function fair_shares(holders)  -- the units of each holder in a max-min fa
 end
 
 local now = clock_us()
-local h = redis.call('HMGET', key, 'd', 'H', 'F', 'p')
-local holders, free, pause = {}, {}, tonumber(h[4])
+local h = redis.call('HMGET', key, 'd', 'H', 'F', 'p', 'o')
+local holders, free, pause, owed = {}, {}, tonumber(h[4]), tonumber(h[5]) or 0
 if h[1] ~= definition then
     if h[1] or redis.call('EXISTS', key) == 1 then
         return reply(EMISMATCH, h[1])
@@ -74,14 +79,15 @@ if h[1] ~= definition then
         free[#free + 1] = {since = now, g = g}
     end
 else
-    for id, units, want, ends in string.gmatch(h[2] or '', '(%w+),(%d+),(%d+),(%d+)') do
+    for id, units, want, ends, o in string.gmatch(h[2] or '', '(%w+),(%d+),(%d+),(%d+),([^ ]+)') do
         units, ends = tonumber(units), tonumber(ends)
         if ends > now then
-            holders[id] = {units = units, want = tonumber(want), ends = ends}
-        else  -- a lease not renewed in time: its units come back empty as of its end
+            holders[id] = {units = units, want = tonumber(want), ends = ends, owed = tonumber(o)}
+        else  -- a lease not renewed in time: its units come back empty as of its end, its debt to the key
             for _ = 1, units do
                 free[#free + 1] = {since = ends, g = 0}
             end
+            owed = owed + tonumber(o)
         end
     end
     for since, g in string.gmatch(h[3] or '', '(%d+),([^ ]+)') do
@@ -104,6 +110,14 @@ local function share_of(word)  -- the share of its burst a unit given back holds
     return g
 end
 
+local function debt_of(word)  -- tokens owed: a finite number >= 0
+    local o = tonumber(word)
+    if not o or not (o >= 0 and o < math.huge) then
+        refuse('a debt is a finite number of tokens >= 0', word)
+    end
+    return o
+end
+
 local function give_back(count, g)  -- count units back to the free ones, holding g of their burst now
     g = math.max(0, math.min(1, g))
     for _ = 1, count do
@@ -113,14 +127,16 @@ end
 
 local function stored()  -- writes holders, free units and pause; the key expires once every unit is full again
     local hs, fs, last = {}, {}, now  -- (a held one counted from its lease's end, as if spent then) and the pause
-    local refill = 0                  -- is over
+    local refill, slowest = 0, 0      -- is over; a debt, once refilled at the key's slowest rate
     for _, r in ipairs(rates) do
         refill = math.max(refill, math.ceil(r.b * r.t / 1000))
+        slowest = math.max(slowest, r.t / 1000)
     end
     for id, x in pairs(holders) do
-        hs[#hs + 1] = string.format('%s,%d,%d,' .. INT, id, x.units, x.want, x.ends)
-        last = math.max(last, x.ends + refill)
+        hs[#hs + 1] = string.format('%s,%d,%d,' .. INT .. ',%.17g', id, x.units, x.want, x.ends, x.owed)
+        last = math.max(last, x.ends + refill + math.ceil(x.owed * slowest))
     end
+    last = math.max(last, now + refill + math.ceil(owed * slowest))
     for _, u in ipairs(free) do
         fs[#fs + 1] = string.format(INT .. ',%.17g', u.since, u.g)
         last = math.max(last, u.since + refill)
@@ -129,7 +145,7 @@ local function stored()  -- writes holders, free units and pause; the key expire
         last = math.max(last, pause)
     end
     redis.call('HSET', key, 'd', definition, 'H', table.concat(hs, ' '), 'F', table.concat(fs, ' '),
-        'p', int(pause or 0))
+        'p', int(pause or 0), 'o', string.format('%.17g', owed))
     redis.call('PEXPIRE', key, kept_ms(math.max(1, math.ceil((last - now) / 1000) + 1)))
 end
 
@@ -137,16 +153,25 @@ local function pause_left()  -- ns until the pause ends (0: none)
     return math.max(0, ((pause or 0) - now) * 1000)
 end
 
-if op == 'lease' then  -- id, units held, units wanted, g of the units given back: 0, units now, the fair share,
+-- lease: id, units held, units wanted, g of the units given back, debt (what it would owe at its end; keeping no
+-- unit, what it owes now). Answers 0, units now, the fair share, 1 if the holder had no lease, tokens (below 0:
+-- a debt it takes), pause ns.
+if op == 'lease' then
     local id, have, want, g = holder_of(W[2]), integer_of(W[3], 0, 2 ^ 31), integer_of(W[4], 0, 2 ^ 31), share_of(W[5])
-    local me = holders[id]  -- 1 if the holder had no lease, tokens, pause ns
+    local debt = debt_of(W[6])
+    local me = holders[id]
     local fresh = me == nil
     local units = me and me.units or 0
     if have < units then
         give_back(units - have, g)
         units = have
     end
-    holders[id] = {units = units, want = math.min(want, n), ends = now + span}
+    if fresh then  -- what it owed went to the key as its lease lapsed (or it held none)
+        debt = 0
+    elseif units == 0 then  -- it lets go of its debt with its last unit
+        owed, debt = owed + debt, 0
+    end
+    holders[id] = {units = units, want = math.min(want, n), ends = now + span, owed = debt}
     local share = fair_shares(holders)[id]
     local tokens = 0
     if share > units and #free > 0 then
@@ -160,20 +185,33 @@ if op == 'lease' then  -- id, units held, units wanted, g of the units given bac
         end
         units = units + taken
     end
+    if units > 0 and owed > 0 then  -- the key's debt, charged to a holder of units
+        tokens, holders[id].owed, owed = tokens - owed, debt + owed, 0
+    end
     holders[id].units = units
     if units == 0 and want == 0 then
         holders[id] = nil
     end
     stored()
     return reply(OK, units, share, fresh and 1 or 0, string.format('%.17g', tokens), pause_left())
-elseif op == 'release' then  -- id, g of its units given back: every unit of the holder back
-    local id, g = holder_of(W[2]), share_of(W[3])
-    if holders[id] then
-        give_back(holders[id].units, g)
-        holders[id] = nil
+elseif op == 'release' then  -- id, g of its units given back, the tokens it owes now: every unit of the holder back
+    local id, g, debt = holder_of(W[2]), share_of(W[3]), debt_of(W[4])
+    if holders[id] or debt > 0 then
+        give_back(holders[id] and holders[id].units or 0, g)
+        holders[id], owed = nil, owed + debt
         stored()
     end
     return reply(OK)
+elseif op == 'owe' then  -- id, the tokens it owes now: kept with its lease, else taken by the key (answers 1)
+    local id, debt = holder_of(W[2]), debt_of(W[3])
+    local taken = 0
+    if holders[id] then
+        holders[id].owed = debt
+    else
+        owed, taken = owed + debt, 1
+    end
+    stored()
+    return reply(OK, taken)
 elseif op == 'pause' then  -- ns from now: no grant before then, for every holder as it next renews
     pause = paused_until(pause, now + math.ceil(integer_of(W[2], 0, 2 ^ 53) / 1000))
     stored()

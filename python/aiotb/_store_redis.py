@@ -461,15 +461,23 @@ class RedisLease(_Bound):
 
     __slots__ = ()
 
-    async def lease_units(self, holder: str, have: int, want: int, give_back: float) -> Lease:
+    async def lease_units(self, holder: str, have: int, want: int, give_back: float, owed: float) -> Lease:
         """Renews holder's lease of the units of definition (or starts one), keeping ``have`` units and
-        giving the rest back, each holding give_back of its burst; asks for ``want`` in all."""
-        words = await self._store._run(self._definition, f"lease {holder} {have} {want} {give_back!r}")
+        giving the rest back, each holding give_back of its burst; asks for ``want`` in all. owed: the tokens
+        holder would owe at its lease's end (with have 0: what it owes now, which the key takes over)."""
+        words = await self._store._run(self._definition, f"lease {holder} {have} {want} {give_back!r} {owed!r}")
         return Lease(int(words[1]), int(words[2]), words[3] == b"1", float(words[4]), int(words[5]))
 
-    async def release_units(self, holder: str, give_back: float) -> None:
-        """Gives every unit of holder back, each holding give_back of its burst."""
-        await self._store._run(self._definition, f"release {holder} {give_back!r}")
+    async def release_units(self, holder: str, give_back: float, owed: float) -> None:
+        """Gives every unit of holder back, each holding give_back of its burst, and the tokens it owes (owed)
+        to the key."""
+        await self._store._run(self._definition, f"release {holder} {give_back!r} {owed!r}")
+
+    async def owe(self, holder: str, owed: float) -> bool:
+        """Tells the key that holder owes owed tokens now: kept with its lease, should it lapse; without one,
+        taken over by the key (True), to be charged to the next holder of units."""
+        words = await self._store._run(self._definition, f"owe {holder} {owed!r}")
+        return int(words[1]) == 1
 
 
 def _too_much(store: RedisStore, amount: float) -> ValueError:
