@@ -7,6 +7,8 @@ The server of ``adaptive_rate.py`` (in a process of its own: ``QUOTA``, 40, requ
 
   * ``shared``: each limiter over ``RedisStore(url, key)``, one key: the rule runs in Redis for both (a
     redis-server of its own on 127.0.0.1, started for the run: tests/redis_server.py);
+  * ``segment``: each limiter over ``SharedMemoryStore(name)``, one name: the segment's rate, which each
+    process reads and changes by read, modify and write;
   * ``apart``: the contrast, each limiter in its own process, adapting alone.
 
 From the server's record, after the first ``SETTLE`` (10) s: the share of the requests answered 429, and the
@@ -29,42 +31,51 @@ import adaptive_rate  # noqa: E402  (beside this file: its server)
 import written  # noqa: E402
 
 PROCESSES, TASKS = 2, 4
-CASES = ("shared", "apart")
+CASES = ("shared", "segment", "apart")
 PROFILES = {"full": {"seconds": 60.0, "runs": 3}, "quick": {"seconds": 30.0, "runs": 1}}
 
 
-async def send_for(url: str, redis_url: str | None, key: str, seconds: float) -> dict[str, Any]:
+async def send_for(url: str, case: str, redis_url: str, key: str, seconds: float) -> dict[str, Any]:
     """TASKS tasks of this process sending for seconds; the limiter's rate every half second, and its cuts."""
-    from aiotb import AdaptiveLimiter, RedisStore
+    from aiotb import AdaptiveLimiter, RedisStore, SharedMemoryStore
 
     rule = {"min_rate": adaptive_rate.MIN_RATE}
-    limiter: AdaptiveLimiter[Any] = (AdaptiveLimiter(adaptive_rate.MAX_RATE, 1, **rule) if redis_url is None else
-                                     AdaptiveLimiter(adaptive_rate.MAX_RATE, 1, store=RedisStore(redis_url, key),
-                                                     **rule))
+    limiter: AdaptiveLimiter[Any]
+    if case == "shared":
+        limiter = AdaptiveLimiter(adaptive_rate.MAX_RATE, 1, store=RedisStore(redis_url, key), **rule)
+    elif case == "segment":
+        limiter = AdaptiveLimiter(adaptive_rate.MAX_RATE, 1, store=SharedMemoryStore(key), **rule)
+    else:
+        limiter = AdaptiveLimiter(adaptive_rate.MAX_RATE, 1, **rule)
     try:
         return await adaptive_rate.sent_through(limiter, url, seconds, TASKS)
     finally:
-        if redis_url is not None:
+        if case == "shared":
             await limiter.store.redis.aclose()
 
 
-def client_process(job: tuple[str, str | None, str, float]) -> dict[str, Any]:
+def client_process(job: tuple[str, str, str, str, float]) -> dict[str, Any]:
     """One client process's run (multiprocessing's target)."""
     return asyncio.run(send_for(*job))
 
 
-def clients(url: str, redis_url: str | None, seconds: float) -> list[dict[str, Any]]:
-    """PROCESSES client processes, started together, over one key (or none); what each returned."""
+def clients(url: str, case: str, redis_url: str, seconds: float) -> list[dict[str, Any]]:
+    """PROCESSES client processes, started together, over one key or segment (or none); what each returned."""
+    from aiotb import SharedMemoryStore
+
     key = f"adaptive-{secrets.token_hex(4)}"
-    with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
-        return pool.map(client_process, [(url, redis_url, key, seconds)] * PROCESSES)
+    try:
+        with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
+            return pool.map(client_process, [(url, case, redis_url, key, seconds)] * PROCESSES)
+    finally:
+        if case == "segment":
+            SharedMemoryStore.unlink(key)
 
 
 def measure(case: str, seconds: float, redis_url: str) -> dict[str, Any]:
     """One run of a case: the server's record after SETTLE s, and each client's rates and cuts."""
-    shared = redis_url if case == "shared" else None
     ours, record = written.against_server(adaptive_rate.__file__, f"steady:{seconds}",
-                                          lambda url: clients(url, shared, seconds))
+                                          lambda url: clients(url, case, redis_url, seconds))
     counted = [status for at, status in record if adaptive_rate.SETTLE <= at < seconds]
     allowed = adaptive_rate.QUOTA * (seconds - adaptive_rate.SETTLE)
     return {"requests": len(counted), "share_429": counted.count(429) / max(1, len(counted)),
@@ -76,8 +87,8 @@ def table(results: dict[str, Any]) -> str:
              f"{' (a quick run: indicative only)' if results['profile'] == 'quick' else ''}; the server serves "
              f"{adaptive_rate.QUOTA} requests per any sliding second, a bare 429 above; {PROCESSES} processes, each "
              f"`AdaptiveLimiter({adaptive_rate.MAX_RATE}, 1, min_rate={adaptive_rate.MIN_RATE})` through "
-             f"`aiotb.httpx.LimitedTransport` with {TASKS} tasks: over one `RedisStore` key (`shared`), or each "
-             f"alone (`apart`). Counted from {adaptive_rate.SETTLE:g} s on; medians of the runs (least, most).", "",
+             f"`aiotb.httpx.LimitedTransport` with {TASKS} tasks: over one `RedisStore` key (`shared`), over one "
+             f"`SharedMemoryStore` name (`segment`), or each alone (`apart`). Counted from {adaptive_rate.SETTLE:g} s on; medians of the runs (least, most).", "",
              "| case | requests | answered 429 | served, of what the quota allowed | each process's rate at the end "
              "(req/s) | cuts per process |", "|:--|--:|--:|--:|--:|--:|"]
     for case in CASES:

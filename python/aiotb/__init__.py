@@ -21,7 +21,7 @@ try:
 except RuntimeError:  # no C engine, or no shared memory: Limiter(..., store=SharedMemoryStore(...)) says which
     pass
 else:
-    from . import _shared  # noqa: F401  (the limiter over a SharedMemoryStore enters itself)
+    from . import _shared, _shm_adaptive  # noqa: F401  (the limiters over a SharedMemoryStore enter themselves)
 
 __all__ = ["AdaptiveLimiter", "AsyncLimiter", "BaseReservation", "IMPLEMENTATION", "KeyedLimiter", "LimitDecorator", "Limiter", "LimiterStats",
            "Quota", "RedisLeaseLimiter", "RedisLimiter", "RedisReservation", "RedisStore", "Reservation", "SharedMemoryStore", "Signals", "Slot", "StoreCorrupt",

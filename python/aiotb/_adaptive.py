@@ -22,20 +22,24 @@ only if no client cut since this one began to count its successes; the rate cut 
 are the key's too. Each client counts its own successes toward a step (so the clients together step once per
 period's worth of all their successes) and the tokens it was served in the last period, which it tells the script
 with each cut or step it asks for: the floor of a cut is the sum of what the clients told in the last period (a
-client that asked for nothing in that time counts nothing: the floor errs low)."""
+client that asked for nothing in that time counts nothing: the floor errs low). Over a SharedMemoryStore each
+process applies the rule to the segment's rate by read, modify and write (``_shm_adaptive.py``)."""
 
 from __future__ import annotations
 
 import collections
 import math
 import threading
-from typing import TYPE_CHECKING, ClassVar, NamedTuple, cast, overload
+from typing import TYPE_CHECKING, ClassVar, NamedTuple, TypeAlias, cast, overload
 
 from . import _params
 from ._limiter import Flavour, Limiter, StoreT, _loop_now
 
 if TYPE_CHECKING:
     from ._store_redis import RedisStore
+    from ._store_shm import SharedMemoryStore
+
+    LocalAdaptive: TypeAlias = "AdaptiveLimiter[None] | AdaptiveLimiter[SharedMemoryStore]"  # observe answers at once
 
 CONGESTED = frozenset({429, 503})  # Too Many Requests, Service Unavailable: the server's "slower"
 
@@ -162,9 +166,11 @@ class AdaptiveLimiter(Limiter[StoreT]):
     With ``store=RedisStore(redis, key)`` the rule runs in Redis for every client of the key (the rate,
     the last cut and the search above it are the key's): ``await limiter.aobserve(...)``, one round trip
     for a cut or a step, none for the other answers; a success counts toward a step when this process's
-    queue holds a waiter. A SharedMemoryStore or a leased RedisStore keeps no such rule (TypeError, the
-    table of stores says why). ``limiter.max_rate`` and ``limiter.rate`` are the rate now (over Redis: as
-    this limiter last heard it); ``limiter.bounds`` is (min_rate, max_rate) as given."""
+    queue holds a waiter. With ``store=SharedMemoryStore(name)`` the rate is the segment's, for every process
+    of the host: ``observe`` answers at once, and each cut or step is made only if no process changed the rate
+    since it was read. A leased RedisStore keeps no such rule (TypeError, the table of stores says why).
+    ``limiter.max_rate`` and ``limiter.rate`` are the rate now (over a store: as this limiter last read it);
+    ``limiter.bounds`` is (min_rate, max_rate) as given."""
 
     _flavour: ClassVar[Flavour] = "AdaptiveLimiter"
     _rule: Rule
@@ -174,12 +180,16 @@ class AdaptiveLimiter(Limiter[StoreT]):
                  burst: float | None = None, fair: bool = True, decrease: float = 0.8, increase: float | None = None,
                  store: None = None) -> None: ...
     @overload
+    def __init__(self: AdaptiveLimiter[SharedMemoryStore], max_rate: float, time_period: float = 1, *,
+                 min_rate: float, burst: float | None = None, fair: bool = True, decrease: float = 0.8,
+                 increase: float | None = None, store: SharedMemoryStore) -> None: ...
+    @overload
     def __init__(self: AdaptiveLimiter[RedisStore], max_rate: float, time_period: float = 1, *, min_rate: float,
                  burst: float | None = None, fair: bool = True, decrease: float = 0.8, increase: float | None = None,
                  store: RedisStore) -> None: ...
     def __init__(self, max_rate: float, time_period: float = 1, *, min_rate: float, burst: float | None = None,
                  fair: bool = True, decrease: float = 0.8, increase: float | None = None,
-                 store: RedisStore | None = None) -> None:
+                 store: RedisStore | SharedMemoryStore | None = None) -> None:
         if store is not None:  # a subclass that let store= through: its instance has no store behind it
             raise TypeError(f"store= works with AdaptiveLimiter itself, not {type(self).__name__}")
         checked = settings(max_rate, time_period, min_rate, burst, decrease, increase)
@@ -197,7 +207,7 @@ class AdaptiveLimiter(Limiter[StoreT]):
         """How many times a 429 or 503 fed to this limiter has cut the rate (those at min_rate included)."""
         return self._rule.cuts
 
-    def observe(self: AdaptiveLimiter[None], status: int, *, sent_at: float, amount: float = 1) -> None:
+    def observe(self: LocalAdaptive, status: int, *, sent_at: float, amount: float = 1) -> None:
         """Feeds the rule with one response: its HTTP ``status``, the loop time its request was sent at
         (``sent_at``: once it had its grant), and the tokens it took (``amount``). A 429 or 503 cuts the
         rate, unless its request was sent before the last cut or at its instant (the same round: cut

@@ -68,10 +68,6 @@ REFUSED: dict[tuple[str, Store], str] = {
         "KeyedLimiter takes no SharedMemoryStore: each key would need a shared-memory object of its own, which no "
         "process may remove while another may still use it, so every key ever seen would stay in memory until a "
         "reboot; a RedisStore keeps one hash per key, which expires once full",
-    ("AdaptiveLimiter", "SharedMemoryStore"):
-        "AdaptiveLimiter takes no SharedMemoryStore: its rule must cut the rate once per round for every process, "
-        "which needs an operation of the segment that changes a rate only if no process changed it since, and the "
-        "segment has none; a RedisStore runs the rule in one script for every client of its key",
     ("AdaptiveLimiter", "RedisStore(lease=)"):
         "AdaptiveLimiter takes no leased RedisStore: a leased key keeps the rates it was made with, split among its "
         "holders (set_rate is refused there too); give it RedisStore(redis, key) without lease=",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ._store import Reserved, StoreCorrupt
-from ._tokenbucket import NEVER, SHM_EAGAIN, SHM_EINVAL, SHM_ETOOLATE, SHM_OK, Segment, SegmentCorrupt
+from ._tokenbucket import NEVER, SHM_EAGAIN, SHM_EINVAL, SHM_ESTALE, SHM_ETOOLATE, SHM_OK, Segment, SegmentCorrupt
 
 if TYPE_CHECKING:
     from ._store_shm import SharedMemoryStore
@@ -107,6 +107,24 @@ class SharedRates:
                 raise StoreCorrupt(f"{self._store!r} is corrupt: the rate was not changed")
         raise RuntimeError(f"set_rate on {self._store!r} was overtaken by other processes' changes of the same "
                            f"rate {SET_RATE_TRIES} times: nothing was changed")
+
+    def live_rate(self, index: int) -> tuple[float, float]:
+        """Rate index's (ns per token, burst), as every process has it now."""
+        ns_per_token, burst, _ = self._call(self._segment.rate_params, index)
+        return ns_per_token, burst
+
+    def change_rate(self, index: int, was: tuple[float, float], ns_per_token: float, burst: float) -> bool:
+        """Changes rate index as set_rate does, only while it is still was (ns per token, burst): a read, modify
+        and write of the rate that no other process's change comes between. Whether it changed it (False:
+        another process changed it first, and nothing was changed here)."""
+        segment = self._segment
+        for _ in range(SET_RATE_TRIES):
+            status = self._call(segment.change_rate, index, *was, ns_per_token, burst, segment.now())
+            if status in (SHM_OK, SHM_ESTALE):
+                return status == SHM_OK
+            if status != SHM_EAGAIN:
+                raise StoreCorrupt(f"{self._store!r} is corrupt: the rate was not changed")
+        return False  # overtaken this often: others change it
 
     async def end_hold(self, record: bytes) -> None:
         """As ``StoreRates.end_hold``: a segment holds no window's grants."""

@@ -101,6 +101,7 @@ SHM_ENOTREADY: Final[int]
 SHM_EMISMATCH: Final[int]
 SHM_EFOREIGN: Final[int]
 SHM_EAGAIN: Final[int]
+SHM_ESTALE: Final[int]
 NEVER: Final[int]
 SHM_MAX_SPAN: Final[int]
 SHM_HORIZON: Final[int]
@@ -154,6 +155,10 @@ class Segment:
     def set_rate(self, index: int, ns_per_token: float, burst: float, now: int) -> int:
         """Changes rate index for every process as of now, keeping its tokens; returns the status (SHM_EAGAIN:
         overtaken, try again)."""
+    def change_rate(self, index: int, from_ns_per_token: float, from_burst: float, ns_per_token: float, burst: float,
+                    now: int) -> int:
+        """set_rate only while rate index's live parameters are the from ones; returns the status (SHM_ESTALE: they
+        are not, nothing changed)."""
     def rate_params(self, index: int) -> tuple[float, float, float]:
         """Rate index's live (ns_per_token, burst, initial)."""
     def check(self) -> int:

@@ -187,8 +187,10 @@ tb_shm_status tb_shm_view_rate(tb_shm *seg, uint32_t index, tb_ns now, tb_shm_vi
 /* ---- set_rate ---- */
 
 // Claims the next generation of rate index for a new ticket, overtaking a writer still writing and publishing
-// a complete change first; writes the claim into *claim. TB_SHM_OK, or EFOREIGN (also once *tries runs out).
-static tb_shm_status claim(tb_shm *seg, uint32_t index, tb_ns now, uint64_t *claim, int *tries)
+// a complete change first, while the live parameters are from's (NULL: whatever they are); writes the claim into
+// *claim. TB_SHM_OK, ESTALE (they are not), or EFOREIGN (also once *tries runs out).
+static tb_shm_status claim(tb_shm *seg, uint32_t index, const tb_shm_params *from, tb_ns now, uint64_t *claim,
+                           int *tries)
 {
     _Atomic uint64_t *change = &seg->rates[index].change;
     while (shm_retry(tries)) {
@@ -203,6 +205,16 @@ static tb_shm_status claim(tb_shm *seg, uint32_t index, tb_ns now, uint64_t *cla
         unsigned target = change_target(latest);
         if (change_phase(latest) == PUBLISHED)
             target = (target + 1) % GENERATIONS;
+        if (from != NULL) {  /* live: the generation before target, whose record stays while latest is the latest */
+            record live;
+            if (!record_read(seg->rates[index].record[(target + GENERATIONS - 1) % GENERATIONS], &live))
+                continue;  /* torn by a change since latest was read, or corrupt: the tries tell */
+            if (live.ns_per_token != from->ns_per_token || live.burst != from->burst) {
+                if (shm_load(change) == latest)
+                    return TB_SHM_ESTALE;
+                continue;
+            }
+        }
         *claim = change_word(change_ticket(latest) + 1, target, WRITING);
         if (shm_cas(change, &latest, *claim))
             return TB_SHM_OK;
@@ -212,6 +224,12 @@ static tb_shm_status claim(tb_shm *seg, uint32_t index, tb_ns now, uint64_t *cla
 
 tb_shm_status tb_shm_set_rate(tb_shm *seg, uint32_t index, double ns_per_token, double burst, tb_ns now)
 {
+    return tb_shm_change_rate(seg, index, NULL, ns_per_token, burst, now);
+}
+
+tb_shm_status tb_shm_change_rate(tb_shm *seg, uint32_t index, const tb_shm_params *from, double ns_per_token,
+                                 double burst, tb_ns now)
+{
     uint32_t nrates = shm_nrates(seg);
     if (nrates == 0)
         return TB_SHM_EFOREIGN;
@@ -220,12 +238,15 @@ tb_shm_status tb_shm_set_rate(tb_shm *seg, uint32_t index, double ns_per_token, 
     tb_shm_params live;
     if (tb_shm_rate_params(seg, index, &live) != TB_SHM_OK)
         return TB_SHM_EFOREIGN;
+    if (from != NULL && (live.ns_per_token != from->ns_per_token || live.burst != from->burst))
+        return TB_SHM_ESTALE;
     if (live.ns_per_token == ns_per_token && live.burst == burst)
         return TB_SHM_OK;  /* nothing to change: a change that changes nothing would only bring words back */
     uint64_t mine;
     int tries = TB_SHM_TRIES;
-    if (claim(seg, index, now, &mine, &tries) != TB_SHM_OK)
-        return TB_SHM_EFOREIGN;
+    tb_shm_status claimed = claim(seg, index, from, now, &mine, &tries);
+    if (claimed != TB_SHM_OK)
+        return claimed;
     uint32_t ticket = change_ticket(mine);
     unsigned target = change_target(mine);
     uint64_t words[4];

@@ -83,6 +83,7 @@ typedef enum {
     TB_SHM_EMISMATCH,                 /* a good segment, created with other parameters (tb_shm.created) */
     TB_SHM_EFOREIGN,                  /* not a segment of this layout, a corrupt one, or one fought over */
     TB_SHM_EAGAIN,                    /* set_rate overtaken by another set_rate of the same rate: nothing changed */
+    TB_SHM_ESTALE,                    /* change_rate from parameters that are no longer the live ones: nothing changed */
 } tb_shm_status;
 
 /* One rate as given to create and join. */
@@ -158,6 +159,11 @@ tb_shm_status tb_shm_pause_until(tb_shm *seg, tb_ns until);
  * most the new burst, less a tick): TB_SHM_OK (also when those are the live ones: nothing to change),
  * TB_SHM_EINVAL, TB_SHM_EAGAIN (overtaken: nothing changed; try again), or TB_SHM_EFOREIGN. */
 tb_shm_status tb_shm_set_rate(tb_shm *seg, uint32_t index, double ns_per_token, double burst, tb_ns now);
+/* set_rate only while rate index's live refill and capacity are from's (its initial unread): as set_rate, or
+ * TB_SHM_ESTALE (nothing changed) once they are not, checked where the change is claimed: a read, modify and
+ * write of the rate that no other change can come between. */
+tb_shm_status tb_shm_change_rate(tb_shm *seg, uint32_t index, const tb_shm_params *from, double ns_per_token,
+                                 double burst, tb_ns now);
 /* Writes rate index's live refill and capacity (initial: as created): TB_SHM_OK, EINVAL, EFOREIGN. */
 tb_shm_status tb_shm_rate_params(const tb_shm *seg, uint32_t index, tb_shm_params *params);
 

@@ -251,6 +251,18 @@ static void test_set_rate(void)
     CHECK(close_to(tokens(seg, 0), 2, 1e-6) && (atomic_load(&seg->rates[0].state) & 3) == 6 % 3);
     free(seg);
 
+    /* change_rate: only from the live parameters (a read, modify and write); from others, nothing changes. */
+    seg = created(1, &MS_10);
+    tb_shm_params other = {1e6, 3, 0};
+    word = atomic_load(&seg->rates[0].state);
+    CHECK(tb_shm_change_rate(seg, 0, &other, 2e6, 20, 0) == TB_SHM_ESTALE && atomic_load(&seg->rates[0].state) == word);
+    CHECK(tb_shm_change_rate(seg, 0, &MS_10, 2e6, 20, 0) == TB_SHM_OK);
+    CHECK(tb_shm_rate_params(seg, 0, &live) == TB_SHM_OK && live.ns_per_token == 2e6 && live.burst == 20);
+    CHECK(tb_shm_change_rate(seg, 0, &MS_10, 1e6, 5, 0) == TB_SHM_ESTALE);  /* changed since: from is stale */
+    CHECK(tb_shm_rate_params(seg, 0, &live) == TB_SHM_OK && live.ns_per_token == 2e6 && tb_shm_check(seg) == 0);
+    CHECK(tb_shm_change_rate(seg, 1, &MS_10, 1e6, 5, 0) == TB_SHM_EINVAL);
+    free(seg);
+
     /* Tokens reserved ahead are kept as a debt: 20 owed, refilled at the new rate. */
     tb_shm_params empty = {1e6, 10, 0};
     tb_shm_reservation r;

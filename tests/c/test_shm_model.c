@@ -34,7 +34,7 @@
 /* What a simulated process did; a crashed one's operation in flight is at index done. */
 typedef struct {
     int done;                       /* operations finished */
-    int kind[OPS];                  /* 'r' reserve, 'c' cancel, 's' set_rate, 't' tokens */
+    int kind[OPS];                  /* 'r' reserve, 'c' cancel, 's' set_rate, 'm' change_rate, 't' tokens */
     double amount[OPS];             /* reserved, or 0 */
     tb_ns deadline[OPS];            /* of a reservation */
     bool cancelled[OPS];            /* a reservation cancelled (or being cancelled): no grant */
@@ -123,6 +123,18 @@ static void set_rate(outcome *o, int which)
     o->done++;
 }
 
+// Changes the scenario's changed rate to its change which, only from the parameters it was created with.
+static void change_rate(outcome *o, int which)
+{
+    int k = o->done;
+    o->kind[k] = 'm';
+    o->amount[k] = which;
+    const tb_shm_params *p = &current->changes[which];
+    o->status[k] = tb_shm_change_rate(&segment, current->changed_rate, &current->params[current->changed_rate],
+                                      p->ns_per_token, p->burst, NOW);
+    o->done++;
+}
+
 static void reserve_then_cancel(outcome *o) { reserve(o, 2, -1), cancel(o, 0); }
 static void reserve_twice(outcome *o) { reserve(o, 1, -1), reserve(o, 2, 3000); }
 static void reserve_one(outcome *o) { reserve(o, 2, -1); }
@@ -135,6 +147,8 @@ static void reserve_all_then_cancel(outcome *o) { reserve(o, 3, -1), cancel(o, 0
 static void reserve_twice_cancel_first(outcome *o) { reserve(o, 3, -1), reserve(o, 1, -1), cancel(o, 0); }
 static void reserve_all(outcome *o) { reserve(o, 3, -1); }
 static void change_twice(outcome *o) { set_rate(o, 1), set_rate(o, 2); }
+static void change_from_created_to_first(outcome *o) { change_rate(o, 0); }
+static void change_from_created_to_second(outcome *o) { change_rate(o, 1); }
 static void reserve_one_by_one(outcome *o) { reserve(o, 1, -1), reserve(o, 1, -1); }
 static void look(outcome *o) { o->kind[o->done] = 't', o->status[o->done++] = tb_shm_tokens(&segment, NOW, &(double){0}); }
 
@@ -146,6 +160,10 @@ static const scenario SCENARIOS[] = {
     {.name = "set_rates of bursts race reservations", .nrates = 1, .params = {{1000.0 / 3, 3, 2}},
      .script = {change_to_first, change_to_second, reserve_around_a_change}, .crashable = 3,
      .changes = {{1000.0 / 3, 4, 0}, {1000.0 / 3, 2, 0}}, .other_bursts = true},
+    /* Two changes from the same parameters: at most one is made; the other finds them changed, or is overtaken. */
+    {.name = "changes from the created rate race", .nrates = 1, .params = {{1000.0 / 3, 3, 2}},
+     .script = {change_from_created_to_first, change_from_created_to_second, reserve_around_a_change},
+     .crashable = 3, .changes = {{1000.0 / 3, 4, 0}, {1000.0 / 3, 2, 0}}, .other_bursts = true},
     {.name = "set_rates of refills race", .nrates = 1, .params = {{1000.0 / 3, 3, 2}},
      .script = {change_to_first, change_to_second, reserve_around_a_change}, .crashable = 3,
      .changes = {{500, 4, 0}, {250, 2, 0}}, .other_refills = true},
@@ -282,18 +300,24 @@ static void outcome_kept(void)
 {
     CHECK(tb_shm_check(&segment) == 0);
     bool changed[3] = {false, false, false};
+    int made = 0;  /* change_rates that returned OK: all from the created parameters, so at most one */
     for (int p = 0; p < PROCS; p++) {
         const outcome *o = &procs[p].out;
         for (int k = 0; k < o->done; k++) {
             tb_shm_status s = o->status[k];
-            CHECK(s == TB_SHM_OK || s == TB_SHM_ETOOLATE || (o->kind[k] == 's' && s == TB_SHM_EAGAIN));
-            if (o->kind[k] == 's')
+            bool change = o->kind[k] == 's' || o->kind[k] == 'm';
+            CHECK(s == TB_SHM_OK || s == TB_SHM_ETOOLATE || (change && s == TB_SHM_EAGAIN) ||
+                  (o->kind[k] == 'm' && s == TB_SHM_ESTALE));
+            if (change)
                 changed[(int)o->amount[k]] |= s == TB_SHM_OK;
+            made += o->kind[k] == 'm' && s == TB_SHM_OK;
         }
-        if (procs[p].crashed && o->kind[o->done] == 's')  /* complete, it may be published by anyone */
+        /* a change in flight when its process crashed may be complete: anyone may publish it */
+        if (procs[p].crashed && (o->kind[o->done] == 's' || o->kind[o->done] == 'm'))
             changed[(int)o->amount[o->done]] = true;
         CHECK(procs[p].crashed || o->done > 0);
     }
+    CHECK(made <= 1);
     tb_shm_params now_live;
     const tb_shm_params *created = &current->params[current->changed_rate];
     CHECK(tb_shm_rate_params(&segment, current->changed_rate, &now_live) == TB_SHM_OK);

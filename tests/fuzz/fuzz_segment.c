@@ -66,7 +66,7 @@ void fuzz_step(void)
 // Aborts unless status is one of those a reader may be given.
 static void expect(tb_shm_status status)
 {
-    if ((int)status < (int)TB_SHM_OK || (int)status > (int)TB_SHM_EAGAIN)
+    if ((int)status < (int)TB_SHM_OK || (int)status > (int)TB_SHM_ESTALE)
         abort();
 }
 
@@ -86,7 +86,7 @@ static void operate(input *in, tb_shm_reservation *last)
     tb_shm_params params[TB_MAX_RATES] = {{1e6, 10, 10}, {2e6, 10, 5}, {1e3, 100, 0}, {1e9, 1, 1}};
     double tokens;
     tb_ns at;
-    switch (next_u8(in) % 13) {
+    switch (next_u8(in) % 14) {
     case 0: expect(tb_shm_validate(seg, sizeof *seg)); break;
     case 1: expect(tb_shm_join(seg, sizeof *seg, next_u8(in) % (TB_MAX_RATES + 1), params)); break;
     case 2: (void)tb_shm_check(seg); break;
@@ -113,6 +113,8 @@ static void operate(input *in, tb_shm_reservation *last)
                                    1 + next_u8(in) % 16, instant(in))); break;
     case 10: expect(tb_shm_rate_params(seg, next_u8(in) % (TB_MAX_RATES + 1), &params[0])); break;
     case 11: expect(tb_shm_settle(seg, amount(in), amount(in), instant(in))); break;
+    case 12: expect(tb_shm_change_rate(seg, next_u8(in) % (TB_MAX_RATES + 1), &params[next_u8(in) % TB_MAX_RATES],
+                                       1e3 * (1 + next_u8(in)), 1 + next_u8(in) % 16, instant(in))); break;
     default: expect(tb_shm_create(seg, sizeof *seg, 1, params)); break;
     }
 }

@@ -565,6 +565,31 @@ static PyObject *segment_set_rate(PyObject *op, PyObject *const *args, Py_ssize_
     return PyLong_FromLong(status);
 }
 
+// change_rate(index, from_ns_per_token, from_burst, ns_per_token, burst, now): set_rate's status, or SHM_ESTALE
+// (nothing changed) unless rate index's live parameters are the from ones when the change is claimed.
+static PyObject *segment_change_rate(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    SegmentObject *self = (SegmentObject *)op;
+    static const char *const names[] = {"index", "from_ns_per_token", "from_burst", "ns_per_token", "burst", "now"};
+    PyObject *values[6];
+    uint32_t index;
+    tb_shm_params from = {0, 0, 0};
+    double ns_per_token, burst;
+    tb_ns now;
+    if (bind_arguments("change_rate", names, 6, args, nargs, kwnames, values) < 0 ||
+        parse_index(values[0], &index) < 0 ||
+        parse_real(self->state, "from_ns_per_token", values[1], &from.ns_per_token) < 0 ||
+        parse_real(self->state, "from_burst", values[2], &from.burst) < 0 ||
+        parse_real(self->state, "ns_per_token", values[3], &ns_per_token) < 0 ||
+        parse_real(self->state, "burst", values[4], &burst) < 0 || parse_ns("now", values[5], &now) < 0 ||
+        open_segment(self) == NULL)
+        return NULL;
+    tb_shm_status status = mapped_whole(self)
+                               ? tb_shm_change_rate(self->mapping.seg, index, &from, ns_per_token, burst, now)
+                               : TB_SHM_EFOREIGN;
+    return PyLong_FromLong(status);
+}
+
 // rate_params(index): rate index's live (ns_per_token, burst) and its initial tokens as created.
 static PyObject *segment_rate_params(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -648,6 +673,10 @@ static PyMethodDef segment_methods[] = {
     SEGMENT_METHOD(set_rate, SEGMENT_KEYWORDS,
                    "set_rate($self, /, index, ns_per_token, burst, now)\n--\n\nChanges rate index for every "
                    "process as of now, keeping its tokens; returns the status (SHM_EAGAIN: overtaken, try again)."),
+    SEGMENT_METHOD(change_rate, SEGMENT_KEYWORDS,
+                   "change_rate($self, /, index, from_ns_per_token, from_burst, ns_per_token, burst, now)\n--\n\n"
+                   "set_rate only while rate index's live parameters are the from ones; returns the status "
+                   "(SHM_ESTALE: they are not, nothing changed)."),
     SEGMENT_METHOD(rate_params, SEGMENT_KEYWORDS,
                    "rate_params($self, /, index)\n--\n\nRate index's live (ns_per_token, burst, initial)."),
     SEGMENT_METHOD(check, METH_NOARGS,
@@ -712,6 +741,7 @@ static int segment_add_to_module(PyObject *module, tb_state *st)
         {"SHM_EMISMATCH", TB_SHM_EMISMATCH},
         {"SHM_EFOREIGN", TB_SHM_EFOREIGN},
         {"SHM_EAGAIN", TB_SHM_EAGAIN},
+        {"SHM_ESTALE", TB_SHM_ESTALE},
         {"NEVER", TB_NEVER},
         {"SHM_MAX_SPAN", TB_SHM_MAX_SPAN},
         {"SHM_HORIZON", TB_SHM_HORIZON},
