@@ -120,8 +120,8 @@ def main() -> None:
                 print(f"{case}: {[{k: v for k, v in runs[-1].items() if k != 'clients'}]}", file=sys.stderr,
                       flush=True)
             results["cases"][case] = runs
-    written.write(args, __file__, "One rate found by trying from several processes: AdaptiveLimiter over Redis",
-                  results, table(results))
+    written.write(args, __file__, "One rate found by trying from several processes: AdaptiveLimiter over Redis "
+                  "and over shared memory", results, table(results))
 
 
 if __name__ == "__main__":
