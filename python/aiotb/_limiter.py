@@ -132,12 +132,17 @@ class Slot(Generic[StoreT]):
         if self._held:  # a window's grant, held here
             cast("LocalSlot", self).settle(used)
             return
+        await self._settle_once(lambda: self._limiter.asettle(self._amount, used), used)
+
+    async def _settle_once(self, settling: Callable[[], Awaitable[object]], used: float) -> None:
+        """Awaits settling() as the slot's one settle, to used: refused if the slot was settled (or is being);
+        if it fails, nothing was settled, and the slot may be settled again."""
         self._check_settle()
         self._settled = True  # now: a second settle meanwhile is refused
         try:
-            await self._limiter.asettle(self._amount, used)
+            await settling()
         except BaseException:
-            self._settled = False  # nothing was settled: it may be settled again
+            self._settled = False
             raise
         self._amount = float(used)
 

@@ -110,14 +110,6 @@ local function share_of(word)  -- the share of its burst a unit given back holds
     return g
 end
 
-local function debt_of(word)  -- tokens owed: a finite number >= 0
-    local o = tonumber(word)
-    if not o or not (o >= 0 and o < math.huge) then
-        refuse('a debt is a finite number of tokens >= 0', word)
-    end
-    return o
-end
-
 local function give_back(count, g)  -- count units back to the free ones, holding g of their burst now
     g = math.max(0, math.min(1, g))
     for _ = 1, count do
@@ -158,7 +150,7 @@ end
 -- a debt it takes), pause ns.
 if op == 'lease' then
     local id, have, want, g = holder_of(W[2]), integer_of(W[3], 0, 2 ^ 31), integer_of(W[4], 0, 2 ^ 31), share_of(W[5])
-    local debt = debt_of(W[6])
+    local debt = count_of(W[6])
     local me = holders[id]
     local fresh = me == nil
     local units = me and me.units or 0
@@ -195,7 +187,7 @@ if op == 'lease' then
     stored()
     return reply(OK, units, share, fresh and 1 or 0, string.format('%.17g', tokens), pause_left())
 elseif op == 'release' then  -- id, g of its units given back, the tokens it owes now: every unit of the holder back
-    local id, g, debt = holder_of(W[2]), share_of(W[3]), debt_of(W[4])
+    local id, g, debt = holder_of(W[2]), share_of(W[3]), count_of(W[4])
     if holders[id] or debt > 0 then
         give_back(holders[id] and holders[id].units or 0, g)
         holders[id], owed = nil, owed + debt
@@ -203,7 +195,7 @@ elseif op == 'release' then  -- id, g of its units given back, the tokens it owe
     end
     return reply(OK)
 elseif op == 'owe' then  -- id, the tokens it owes now: kept with its lease, else taken by the key (answers 1)
-    local id, debt = holder_of(W[2]), debt_of(W[3])
+    local id, debt = holder_of(W[2]), count_of(W[3])
     local taken = 0
     if holders[id] then
         holders[id].owed = debt

@@ -55,21 +55,18 @@ class RedisSlot(Slot["RedisStore"]):
     async def asettle(self, used: float) -> None:
         """The grant's real cost, for every client of the key (one round trip), as ``Slot.settle``: inside the
         block a window's held grant counts ``used`` from its instant; after it, as ``limiter.asettle``."""
-        self._check_settle()
-        self._settled = True  # now, not after the round trip: a second settle meanwhile is refused
-        try:
-            if self._ending is not None:  # a release's end of the hold goes first: the settle names the grant after
-                await self._ending
-            if self._record is not None:
-                self._record = await self._redis_limiter._settle_held(self._record, self._amount, used)
-            elif self._ended is not None:
-                self._ended = await self._redis_limiter._settle_held(self._ended, self._amount, used)
-            else:
-                await self._redis_limiter.asettle(self._amount, used)
-        except BaseException:
-            self._settled = False  # nothing was settled: it may be settled again
-            raise
-        self._amount = float(used)
+        await self._settle_once(lambda: self._settle_in_redis(used), used)
+
+    async def _settle_in_redis(self, used: float) -> None:
+        """The settle's round trip: a held grant's (or one whose hold ended) by its record, else the limiter's."""
+        if self._ending is not None:  # a release's end of the hold goes first: the settle names the grant after
+            await self._ending
+        if self._record is not None:
+            self._record = await self._redis_limiter._settle_held(self._record, self._amount, used)
+        elif self._ended is not None:
+            self._ended = await self._redis_limiter._settle_held(self._ended, self._amount, used)
+        else:
+            await self._redis_limiter.asettle(self._amount, used)
 
     def __repr__(self) -> str:
         return f"<RedisSlot of {self._amount!r} on {self._limiter!r}>"
