@@ -95,6 +95,22 @@ def test_free_units_refill_and_the_fullest_go_first(run: Run[None], script: Simp
     run(main())
 
 
+def test_a_holder_written_before_debts_keeps_its_units(run: Run[None], script: SimpleNamespace) -> None:
+    """A key an earlier script wrote names each holder without a debt: it owes none, and its units stay its own."""
+    async def main() -> None:
+        s, d = script.store, script.definition
+        await RedisLease(s, d).lease_units("a", 0, 8, 0.0, 0.0)
+        entry = (await s.redis.hget(s.redis_key, "H")).decode()
+        await s.redis.hset(s.redis_key, "H", entry.rsplit(",", 1)[0])  # "id,units,want,end", as before
+        b = await RedisLease(s, d).lease_units("b", 0, 8, 0.0, 0.0)
+        assert b.units == 0 and b.tokens == 0  # a holds all 8 still, and no debt was charged
+        a = await RedisLease(s, d).lease_units("a", 8, 8, 0.0, 0.0)
+        assert (a.units, a.fresh) == (8, False)
+        await s.redis.aclose()
+
+    run(main())
+
+
 def test_a_lease_not_renewed_gives_its_units_back_empty_at_its_end(run: Run[None], script: SimpleNamespace) -> None:
     async def main() -> None:
         s, d, clock = script.store, script.definition, script.clock

@@ -79,15 +79,15 @@ if h[1] ~= definition then
         free[#free + 1] = {since = now, g = g}
     end
 else
-    for id, units, want, ends, o in string.gmatch(h[2] or '', '(%w+),(%d+),(%d+),(%d+),([^ ]+)') do
-        units, ends = tonumber(units), tonumber(ends)
+    for id, units, want, ends, o in string.gmatch(h[2] or '', '(%w+),(%d+),(%d+),(%d+),?([^ ,]*)') do
+        units, ends, o = tonumber(units), tonumber(ends), tonumber(o) or 0  -- no debt: written before debts were
         if ends > now then
-            holders[id] = {units = units, want = tonumber(want), ends = ends, owed = tonumber(o)}
+            holders[id] = {units = units, want = tonumber(want), ends = ends, owed = o}
         else  -- a lease not renewed in time: its units come back empty as of its end, its debt to the key
             for _ = 1, units do
                 free[#free + 1] = {since = ends, g = 0}
             end
-            owed = owed + tonumber(o)
+            owed = owed + o
         end
     end
     for since, g in string.gmatch(h[3] or '', '(%d+),([^ ]+)') do
