@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from aiotb import SharedMemoryStore
+from aiotb import Limiter, SharedMemoryStore
 from aiotb._shared import SharedLimiter
 from aiotb._tokenbucket import SHM_OK
 
@@ -91,3 +91,12 @@ def try_until(name: str, limiter_args: tuple[Any, ...], limiter_kwargs: dict[str
     while time.monotonic_ns() < stop_ns:
         limiter.try_acquire()
     results.put((os.getpid(), limiter.counted, limiter.made))
+
+
+def try_count(name: str, limiter_args: tuple[Any, ...], limiter_kwargs: dict[str, Any], count: int, ready: Any,
+              results: Any) -> None:
+    """Once every worker has its limiter (the engine's own, no log), calls try_acquire count times in a row and
+    puts how many it granted on results."""
+    limiter = Limiter(*limiter_args, store=SharedMemoryStore(name), **limiter_kwargs)
+    ready.wait(READY_WAIT)
+    results.put(sum(limiter.try_acquire() for _ in range(count)))

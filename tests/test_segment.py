@@ -35,9 +35,10 @@ MS = 10**6
 RATE = (1e6, 3.0, 3.0)  # a token per ms, burst 3, full at the first use
 NEVER = 2**63 - 1
 INT64_MIN = -(2**63)
-# The layout of a segment (shm.h's tb_shm, version 1): the header (magic, version, size, nrates, ticks_per_ns:
-# 24 bytes; four created rates of three doubles: 96) and paused_until (8), then four rates of 112 bytes each.
-RATES_OFFSET = 128
+# The layout of a segment (shm.h's tb_shm, version 2): the header (magic, version, size, nrates, ticks_per_ns:
+# 24 bytes; four created rates of three doubles: 96), paused_until (8) and the limit (8), then four rates of 112
+# bytes each.
+RATES_OFFSET = 136
 SEGMENT_SIZE = RATES_OFFSET + 4 * 112
 RECORD_SIZE = 80  # tb_shm_reservation: at, nrates (and padding), four words before, four after
 

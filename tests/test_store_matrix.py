@@ -180,7 +180,10 @@ async def cut(limiter: Any) -> bool:
     return bool(limiter.max_rate == pytest.approx(0.8 * before) and limiter.cuts == 1)
 
 
-QUOTA_LEFT = {"X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "10"}  # 2 requests left for 10 s
+# Each check's limit ends 10 s after the one before, so that it replaces a limit still running in a store the
+# checks share (a segment's name): 2 requests left for 20 s, then for 40 s.
+QUOTA_LEFT = {"X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "20"}
+QUOTA_LEFT_LATER = {"X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "40"}
 
 
 def limited_now(limiter: Any) -> bool:
@@ -193,12 +196,12 @@ def followed_now(limiter: Any) -> bool:
 
 
 async def limited(limiter: Any) -> bool:
-    await limiter.alimit_until(3, asyncio.get_running_loop().time() + 10)
+    await limiter.alimit_until(3, asyncio.get_running_loop().time() + 30)
     return bool(await limiter.read_tokens() == 3)
 
 
 async def followed(limiter: Any) -> bool:
-    return bool((await limiter.afollow(QUOTA_LEFT)).requests.remaining == 2 and await limiter.read_tokens() == 2)
+    return bool((await limiter.afollow(QUOTA_LEFT_LATER)).requests.remaining == 2 and await limiter.read_tokens() == 2)
 
 
 async def settled_now(limiter: Any) -> bool:

@@ -45,9 +45,6 @@ REFUSED: dict[tuple[str, Store], str] = {
     ("set_rate / aset_rate", "RedisStore(lease=)"):
         "a limiter over a leased RedisStore keeps the rates the key was made with (they are split among its "
         "holders)",
-    ("limit_until, follow / alimit_until, afollow", "SharedMemoryStore"):
-        "a SharedMemoryStore keeps no limit of a server's quota: its segment holds the rates and a pause "
-        "(penalize, retry_after), not a count of the grants left until a reset; a RedisStore does",
     ("limit_until, follow / alimit_until, afollow", "RedisStore(lease=)"):
         "a limiter over a leased RedisStore grants from units of the rates it holds, which a limit of the "
         "server's quota would have to reach at every holder's renewal; give it RedisStore(redis, key) "

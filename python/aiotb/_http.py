@@ -86,8 +86,8 @@ def max_pause(value: object) -> float:
 
 def follow(limiter: Limiter[Any], value: object) -> QuotaKind | None:
     """The quota of the server's whose headers a client follows (``Limiter.follow``): value, checked
-    (ValueError); None for None, or where the limiter's store keeps no limit of a server's quota (a
-    SharedMemoryStore, a leased RedisStore: see the table of stores), which then follows none."""
+    (ValueError); None for None, or where the limiter's store keeps no limit of a server's quota (a leased
+    RedisStore: see the table of stores), which then follows none."""
     if value is None:
         return None
     quota = _QUOTA_NAMED.get(value) if isinstance(value, str) else None

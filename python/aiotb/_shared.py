@@ -15,7 +15,6 @@ import math
 from typing import Any, Coroutine, Sequence
 
 from . import _params
-from ._capabilities import refused
 from ._clock import is_monotonic_loop
 from ._core import Bucket
 from ._async_limiter import AsyncLimiter, aiolimiter_rate
@@ -25,6 +24,8 @@ from ._shm_rates import SharedRates
 from ._store import Reserved, StoreCorrupt, at_once
 from ._store_shm import SharedMemoryStore
 from ._tokenbucket import NEVER as _NEVER
+
+MOST_AHEAD_NS = 2 ** 56  # how far ahead a limit of the segment may end (shm.h's TB_SHM_HORIZON)
 
 
 class SharedLimiter(ReservingLimiter[SharedMemoryStore]):
@@ -171,7 +172,15 @@ class SharedLimiter(ReservingLimiter[SharedMemoryStore]):
         raise TypeError("a limiter with a SharedMemoryStore has no window")
 
     def _limit_until(self, tokens: float, when: float, slack: float) -> bool:
-        raise refused("limit_until, follow / alimit_until, afollow", "SharedMemoryStore")
+        """A limit for every process of the host; a reservation made before it keeps its instant."""
+        rates = self._store_rates
+        span = _ns(when) - rates.now()
+        if span > MOST_AHEAD_NS:
+            raise ValueError(f"when must be at most 2**56 ns (2.28 years) from now over a SharedMemoryStore, got "
+                             f"{when!r}")
+        if span > 0:
+            at_once(rates.limit(tokens, span, round(slack * 1e9)))
+        return span > 0
 
     def _settle_cost(self, taken: float, used: float, held: bool) -> None:
         at_once(self._store_rates.settle(taken, used))

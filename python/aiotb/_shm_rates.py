@@ -88,6 +88,16 @@ class SharedRates:
         if status != SHM_OK:
             raise self._corrupt()
 
+    async def limit(self, tokens: float, span_ns: int, slack_ns: int) -> None:
+        """As ``StoreRates.limit``; ValueError, nothing changed, for a span past 2**56 ns (2.28 years)."""
+        segment = self._segment
+        now = segment.now()
+        status = self._call(segment.limit_until, tokens, now + span_ns, slack_ns, now)
+        if status == SHM_EINVAL:
+            raise ValueError(f"a limit of {self._store!r} must end within 2**56 ns (2.28 years), got {span_ns!r} ns")
+        if status != SHM_OK:
+            raise self._corrupt()
+
     async def pause(self, span_ns: int) -> int:
         """As ``StoreRates.pause``."""
         segment = self._segment

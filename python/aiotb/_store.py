@@ -78,6 +78,12 @@ class StoreRates(Protocol):
         """No grant for span_ns from the store's now (a later pause only moves it later); ns until its end."""
         ...
 
+    async def limit(self, tokens: float, span_ns: int, slack_ns: int) -> None:
+        """At most tokens more granted, to every limiter over the store, in the span_ns from the store's now: a
+        server's quota (``Limiter.limit_until`` says how it tightens, replaces or keeps a limit running, by
+        slack_ns)."""
+        ...
+
     async def set_rate(self, index: int, ns_per_token: float, burst: float) -> None:
         """Changes rate index (from 0) for every limiter over the store, keeping the tokens held now, at most
         the new burst."""

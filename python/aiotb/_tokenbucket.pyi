@@ -143,8 +143,11 @@ class Segment:
     def settle(self, taken: float, used: float, now: int) -> int:
         """Settles a grant of taken whose real cost was used: the difference given back or taken as debt;
         returns the status (SHM_EINVAL: nothing changed)."""
+    def limit_until(self, tokens: float, until: int, slack: int, now: int) -> int:
+        """At most tokens more granted before until, for every process (a limit running is tightened by one
+        ending within slack of it, replaced by one ending later, kept by one ending earlier); returns the status."""
     def tokens(self, now: int) -> float:
-        """The tokens available at now: the fewest over the rates, 0 while paused."""
+        """The tokens available at now: the fewest over the rates and a limit, 0 while paused."""
     def fit_at(self, amount: float, now: int) -> int:
         """The first instant >= now at which amount would be granted, taking nothing (NEVER for amount over a
         burst)."""

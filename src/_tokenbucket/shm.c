@@ -364,6 +364,7 @@ tb_shm_status tb_shm_create(tb_shm *seg, size_t len, uint32_t nrates, const tb_s
     seg->nrates = nrates;
     seg->ticks_per_ns = TB_TICKS_PER_NS;
     atomic_store(&seg->paused_until, INT64_MIN);
+    atomic_store(&seg->limit, 0);
     for (uint32_t i = 0; i < TB_MAX_RATES; i++) {
         tb_shm_rate *rate = &seg->rates[i];
         seg->created[i] = i < nrates ? params[i] : (tb_shm_params){0};

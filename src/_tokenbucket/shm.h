@@ -20,7 +20,10 @@
  * first instant each fits, and not before the pause; each rate is then taken as of that instant, rate by
  * rate, each by one compare-and-swap; should a later rate have changed so that the grant no longer fits it
  * then, the earlier ones are given back (by the cancel rule) and it starts again. A pause set after a
- * reservation does not move it.
+ * reservation does not move it. A limit of a server's quota (at most so many tokens before an instant, as
+ * limits.h's limit_until) is one more word, taken from first, before the rates, and never given back (as in
+ * process: a cancelled grant does not come back to it); a reservation that fails after taking it gives it back
+ * by the cancel rule.
  *
  * Cancel gives a rate back only when its word is still exactly what this reservation left there (nobody
  * reserved after it, or all who did cancelled first): the word before it is then restored. Otherwise nothing
@@ -70,7 +73,7 @@
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_LONG_LOCK_FREE == 2, "64-bit atomics must be lock-free");
 
 #define TB_SHM_MAGIC UINT64_C(0x6d687362746f6961)  /* the bytes "aiotbshm" in a little-endian word */
-#define TB_SHM_VERSION 1u
+#define TB_SHM_VERSION 2u
 #define TB_SHM_MAX_SPAN ((tb_ns)1 << 55)     /* longest full refill of a rate in a segment: ~1.14 years */
 #define TB_SHM_HORIZON ((tb_ns)1 << 56)      /* how far ahead of now a reservation may reach: ~2.28 years */
 #define TB_SHM_TRIES 10000                   /* retries of one operation after words changed under it */
@@ -110,6 +113,7 @@ typedef struct {
     uint32_t ticks_per_ns;           /* TB_TICKS_PER_NS: the unit of F */
     tb_shm_params created[TB_MAX_RATES];  /* as created: every joiner must agree */
     _Atomic int64_t paused_until;    /* no grant before this instant (INT64_MIN: none) */
+    _Atomic uint64_t limit;          /* a server's quota: tokens left until an instant (shm_limit.h; 0: none) */
     tb_shm_rate rates[TB_MAX_RATES];
 } tb_shm;
 
@@ -144,17 +148,22 @@ tb_shm_status tb_shm_take_now(tb_shm *seg, double amount, tb_ns now);
  * at or past its instant); returns how many rates it gave back. */
 uint32_t tb_shm_cancel(tb_shm *seg, const tb_shm_reservation *r, tb_ns now);
 /* Settles a grant of taken (> 0, at most every burst) whose real cost was used (>= 0): each rate gets the
- * difference back (never fuller than full) or takes it now as debt. TB_SHM_OK, TB_SHM_EINVAL (nothing changed:
+ * difference back (never fuller than full) or takes it now as debt (which a running limit loses too). TB_SHM_OK, TB_SHM_EINVAL (nothing changed:
  * bad amounts, or a debt past TB_SHM_HORIZON), or TB_SHM_EFOREIGN (corrupt, or fought over: the rates before the
  * one fought over are settled). */
 tb_shm_status tb_shm_settle(tb_shm *seg, double taken, double used, tb_ns now);
-/* Writes the tokens available at now (the fewest over the rates, 0 while paused): TB_SHM_OK, EINVAL, EFOREIGN. */
+/* Writes the tokens available at now (the fewest over the rates and a limit, 0 while paused): TB_SHM_OK, EINVAL,
+ * EFOREIGN. */
 tb_shm_status tb_shm_tokens(tb_shm *seg, tb_ns now, double *tokens);
 /* Writes the first instant >= now at which amount would be granted, taking nothing (TB_NEVER for amount over
  * a burst): TB_SHM_OK, EINVAL, EFOREIGN. */
 tb_shm_status tb_shm_fit_at(tb_shm *seg, double amount, tb_ns now, tb_ns *at);
 /* No grant before until (a later call can only move it later): TB_SHM_OK, or EFOREIGN if fought over. */
 tb_shm_status tb_shm_pause_until(tb_shm *seg, tb_ns until);
+/* At most tokens (>= 0) more granted before until, for every process, as limits.h's tb_limits_limit_until with
+ * slack (0 to TB_SHM_HORIZON): TB_SHM_OK (nothing to do for until <= now), TB_SHM_EINVAL (until more than
+ * TB_SHM_HORIZON ahead, or out of range), or EFOREIGN if fought over. */
+tb_shm_status tb_shm_limit_until(tb_shm *seg, double tokens, tb_ns until, tb_ns slack, tb_ns now);
 /* Changes rate index to a new refill and capacity as of now for every process, keeping the tokens it holds (at
  * most the new burst, less a tick): TB_SHM_OK (also when those are the live ones: nothing to change),
  * TB_SHM_EINVAL, TB_SHM_EAGAIN (overtaken: nothing changed; try again), or TB_SHM_EFOREIGN. */

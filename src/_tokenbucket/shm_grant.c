@@ -1,7 +1,5 @@
 /* Grants from a shared segment: reservations, their cancels, the pause, and what a reader may ask; see shm.h. */
-#include "shm_rate.h"
-
-#include <math.h>
+#include "shm_limit.h"
 
 // The instant before which nothing is granted (one step).
 static tb_ns paused_until(const tb_shm *seg)
@@ -78,6 +76,27 @@ static bool still_fits(tb_shm *seg, uint32_t i, double amount, tb_ns at, tb_ns n
            taken_word(view, amount, at, now, after);
 }
 
+// Takes amount from the limit of word (the limit word as read last) for a grant at at, where a limit runs then:
+// true with the word before and after in *before and *after (the same where none runs at at), or false, taking
+// nothing, if the limit no longer lets it through at at or is fought over (spending *tries).
+static bool limit_take(tb_shm *seg, uint64_t word, double amount, tb_ns at, uint64_t *before, uint64_t *after,
+                       int *tries)
+{
+    for (;;) {
+        *before = *after = word;
+        if (at >= limit_until_of(word))
+            return true;
+        double left = limit_left_of(word);
+        if (amount > left)
+            return false;
+        *after = limit_word(limit_until_of(word), left - amount);
+        if (shm_cas(&seg->limit, &word, *after))
+            return true;
+        if (!shm_retry(tries))
+            return false;
+    }
+}
+
 tb_shm_status tb_shm_reserve(tb_shm *seg, double amount, tb_ns now, tb_ns deadline, tb_shm_reservation *r)
 {
     uint32_t nrates = shm_nrates(seg);
@@ -96,12 +115,15 @@ tb_shm_status tb_shm_reserve(tb_shm *seg, double amount, tb_ns now, tb_ns deadli
         tb_ns pause = paused_until(seg);
         if (pause > deadline || pause > now + TB_SHM_HORIZON)
             return TB_SHM_ETOOLATE;
-        tb_ns at = fit_all(views, nrates, amount, pause > now ? pause : now);
-        bool reachable = at <= deadline;
+        uint64_t limit = limit_load(seg), limit_before, limit_after;
+        tb_ns at = fit_all(views, nrates, amount, limited_from(limit, amount, pause > now ? pause : now));
+        bool reachable = at <= deadline && at <= now + TB_SHM_HORIZON;
         for (uint32_t i = 0; i < nrates && reachable; i++)
             reachable = taken_word(&views[i], amount, at, now, &after[i]);
         if (!reachable)
             return TB_SHM_ETOOLATE;
+        if (!limit_take(seg, limit, amount, at, &limit_before, &limit_after, &tries))
+            continue;  /* the limit changed under it: nothing taken, start again */
         uint32_t taken = 0;
         while (taken < nrates) {
             before[taken] = views[taken].word;
@@ -121,6 +143,8 @@ tb_shm_status tb_shm_reserve(tb_shm *seg, double amount, tb_ns now, tb_ns deadli
             return TB_SHM_OK;
         }
         give_back(seg, taken, before, after);
+        if (limit_after != limit_before)
+            shm_cas(&seg->limit, &limit_after, limit_before);  /* where no one took from it since */
     }
     return TB_SHM_EFOREIGN;  /* fought over past TB_SHM_TRIES */
 }
@@ -181,6 +205,14 @@ tb_shm_status tb_shm_settle(tb_shm *seg, double taken, double used, tb_ns now)
                  !(taken <= views[i].rate.burst))
             return TB_SHM_EFOREIGN;  /* fought over, or changed under it past what it can settle */
     }
+    uint64_t limit = used > taken ? limit_load(seg) : 0;
+    while (now < limit_until_of(limit)) {  /* a running limit loses the debt too (never below 0) */
+        uint64_t less = limit_word(limit_until_of(limit), fmax(0, limit_left_of(limit) - (used - taken)));
+        if (less == limit || shm_cas(&seg->limit, &limit, less))
+            break;
+        if (!shm_retry(&tries))
+            return TB_SHM_EFOREIGN;
+    }
     return TB_SHM_OK;
 }
 
@@ -195,7 +227,8 @@ tb_shm_status tb_shm_tokens(tb_shm *seg, tb_ns now, double *tokens)
     int tries = TB_SHM_TRIES;
     if (view_all(seg, nrates, now, views, &tries) != TB_SHM_OK)
         return TB_SHM_EFOREIGN;
-    double fewest = INFINITY;
+    uint64_t limit = limit_load(seg);
+    double fewest = now < limit_until_of(limit) ? limit_left_of(limit) : INFINITY;
     for (uint32_t i = 0; i < nrates; i++)
         fewest = fmin(fewest, tb_rate_tokens(&views[i].rate, views[i].f, now));
     *tokens = now < paused_until(seg) ? 0 : fewest;
@@ -219,7 +252,7 @@ tb_shm_status tb_shm_fit_at(tb_shm *seg, double amount, tb_ns now, tb_ns *at)
     else if (pause > now + TB_SHM_HORIZON)  /* every rate is full by then */
         *at = pause;
     else
-        *at = fit_all(views, nrates, amount, pause > now ? pause : now);
+        *at = fit_all(views, nrates, amount, limited_from(limit_load(seg), amount, pause > now ? pause : now));
     return TB_SHM_OK;
 }
 
@@ -234,4 +267,29 @@ tb_shm_status tb_shm_pause_until(tb_shm *seg, tb_ns until)
             break;
     }
     return TB_SHM_OK;
+}
+
+tb_shm_status tb_shm_limit_until(tb_shm *seg, double tokens, tb_ns until, tb_ns slack, tb_ns now)
+{
+    if (shm_nrates(seg) == 0)
+        return TB_SHM_EFOREIGN;
+    if (!shm_clock_ok(now) || !(tokens >= 0) || !isfinite(tokens) || slack < 0 || slack > TB_SHM_HORIZON)
+        return TB_SHM_EINVAL;
+    if (until <= now)
+        return TB_SHM_OK;
+    if (until - now > TB_SHM_HORIZON || until > LIMIT_LATEST)
+        return TB_SHM_EINVAL;
+    uint64_t word = limit_load(seg);
+    for (int tries = TB_SHM_TRIES;;) {
+        tb_ns running = limit_until_of(word);
+        uint64_t next = limit_word(until, tokens);  /* a later window's limit: it replaces the one running */
+        if (running > now && until < running - slack)
+            return TB_SHM_OK;  /* news of an earlier window, come late: kept */
+        if (running > now && until <= running + slack)  /* the same window: the fewer tokens, the later end */
+            next = limit_word(until > running ? until : running, fmin(tokens, limit_left_of(word)));
+        if (next == word || shm_cas(&seg->limit, &word, next))
+            return TB_SHM_OK;
+        if (!shm_retry(&tries))
+            return TB_SHM_EFOREIGN;
+    }
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "shm.h"
+#include "shm_limit.h"
 
 #include "harness.h"
 #include "shm_bound.h"
@@ -337,6 +338,66 @@ static void test_settle(void)
     free(seg);
 }
 
+#define UNIT ((tb_ns)1 << LIMIT_UNIT_SHIFT)  /* a limit's instants are whole units of 2^20 ns, rounded up */
+
+// The limit word's tokens left.
+static double limit_left(tb_shm *seg) { return limit_left_of(atomic_load(&seg->limit)); }
+
+static void test_limit(void)
+{
+    tb_shm *seg = created(1, &MS_10);
+    tb_shm_reservation r;
+    CHECK(tokens(seg, 0) == 10 && atomic_load(&seg->limit) == 0 && limit_until_of(0) < -TB_MAX_SPAN + 1);
+    CHECK(tb_shm_limit_until(seg, 3, 50 * UNIT, 0, 0) == TB_SHM_OK && tokens(seg, 0) == 3);
+    tb_shm_pause_until(seg, 10 * UNIT);
+    CHECK(reserved(seg, 1, 0, &r) == 10 * UNIT && limit_left(seg) == 2);
+    CHECK(tb_shm_cancel(seg, &r, 0) == 1 && limit_left(seg) == 2);  /* the rate back, not the limit */
+    CHECK(tokens(seg, 10 * UNIT) == 2 && tb_shm_take_now(seg, 2, 10 * UNIT) == TB_SHM_OK && limit_left(seg) == 0);
+    CHECK(tb_shm_take_now(seg, 1, 10 * UNIT) == TB_SHM_ETOOLATE && limit_left(seg) == 0);  /* nothing taken */
+    CHECK(fit(seg, 1, 10 * UNIT) == 50 * UNIT && tokens(seg, 10 * UNIT) == 0);
+    CHECK(reserved(seg, 2, 10 * UNIT, &r) == 50 * UNIT && limit_left(seg) == 0);  /* at the limit's end */
+    /* A limit ending more than slack before the running one is news of an earlier window: kept. One within slack
+     * of it tightens it (the fewer tokens, the later end); one ending later replaces it. */
+    CHECK(tb_shm_limit_until(seg, 9, 40 * UNIT, UNIT, 0) == TB_SHM_OK && limit_until_of(atomic_load(&seg->limit)) == 50 * UNIT);
+    CHECK(tb_shm_limit_until(seg, 9, 51 * UNIT, UNIT, 0) == TB_SHM_OK && limit_left(seg) == 0);
+    CHECK(limit_until_of(atomic_load(&seg->limit)) == 51 * UNIT);
+    CHECK(tb_shm_limit_until(seg, 4, 60 * UNIT, UNIT, 0) == TB_SHM_OK && limit_left(seg) == 4);
+    CHECK(tb_shm_limit_until(seg, 0, 59 * UNIT, UNIT, 0) == TB_SHM_OK && limit_left(seg) == 0 && fit(seg, 1, 0) == 60 * UNIT);
+    CHECK(tb_shm_limit_until(seg, 5, 300 * UNIT + 1, 0, 0) == TB_SHM_OK && fit(seg, 6, 0) == 301 * UNIT);  /* rounded up */
+    /* A debt settled takes from a running limit too, never below 0; a grant given back does not come back. */
+    CHECK(tb_shm_settle(seg, 1, 3, 0) == TB_SHM_OK && limit_left(seg) == 3);
+    CHECK(tb_shm_settle(seg, 1, 9, 0) == TB_SHM_OK && limit_left(seg) == 0);
+    /* Bad input changes nothing; a limit that has ended, or ends now, is nothing to do. */
+    uint64_t word = atomic_load(&seg->limit);
+    CHECK(tb_shm_limit_until(seg, -1, 400 * UNIT, 0, 0) == TB_SHM_EINVAL);
+    CHECK(tb_shm_limit_until(seg, NAN, 400 * UNIT, 0, 0) == TB_SHM_EINVAL);
+    CHECK(tb_shm_limit_until(seg, INFINITY, 400 * UNIT, 0, 0) == TB_SHM_EINVAL);
+    CHECK(tb_shm_limit_until(seg, 1, 400 * UNIT, -1, 0) == TB_SHM_EINVAL);
+    CHECK(tb_shm_limit_until(seg, 1, TB_SHM_HORIZON + 1, 0, 0) == TB_SHM_EINVAL);
+    CHECK(tb_shm_limit_until(seg, 1, TB_MAX_SPAN - 1, 0, TB_MAX_SPAN - 2) == TB_SHM_EINVAL);  /* past the latest */
+    CHECK(tb_shm_limit_until(seg, 1, 0, 0, 0) == TB_SHM_OK && atomic_load(&seg->limit) == word);
+    CHECK(tokens(seg, 301 * UNIT) == 10 && tb_shm_check(seg) == 0);  /* ended */
+    free(seg);
+}
+
+static void test_limit_word(void)
+{
+    /* Whole counts up to 2^20 are exact; larger and fractional ones are rounded down, never up. */
+    CHECK(limit_left_of(limit_word(0, 1048576)) == 1048576 && limit_left_of(limit_word(0, 50)) == 50);
+    CHECK(limit_left_of(limit_word(0, 2097153)) == 2097152 && limit_left_of(limit_word(0, 1.0 / 3)) == 85.0 / 256);
+    CHECK(limit_left_of(limit_word(0, 1e20)) == ldexp((1 << 20) - 1, 23) && limit_left_of(limit_word(0, 0)) == 0);
+    for (double x = 1e-4; x < 1e13; x *= 1.37) {
+        double left = limit_left_of(limit_word(0, x));
+        CHECK(left <= x && (left >= x * (1 - 1.0 / (1 << 19)) - 1.0 / 256 || x > 8.7e12));
+    }
+    /* Every word is a limit: an instant in range and a count >= 0, finite. */
+    for (uint64_t w = 1, k = 0; k < 100000; k++, w = w * 6364136223846793005u + 1442695040888963407u) {
+        double left = limit_left_of(w);
+        CHECK(left >= 0 && isfinite(left) && limit_until_of(w) >= -TB_MAX_SPAN && limit_until_of(w) < TB_MAX_SPAN);
+    }
+    CHECK(limit_until_of(limit_word(LIMIT_LATEST, 1)) == LIMIT_LATEST && limit_until_of(limit_word(-5, 1)) == 0);
+}
+
 int main(void)
 {
     RUN(test_create_and_join);
@@ -349,5 +410,7 @@ int main(void)
     RUN(test_several_rates);
     RUN(test_cancel_out_of_order_keeps_the_bound);
     RUN(test_settle);
+    RUN(test_limit);
+    RUN(test_limit_word);
     return tests_summary();
 }

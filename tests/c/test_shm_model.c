@@ -63,6 +63,8 @@ typedef struct {
     bool other_bursts;              /* bursts only: that rate keeps the largest burst's bound, no sum of losses */
     bool other_refills;             /* refills too: nothing to check of that rate's bound or losses */
     bool lone;                      /* one process reserves: nothing it takes is lost but by a crash or a cancel */
+    double limit_tokens;            /* a limit of a server's quota set before the run: so many tokens ... */
+    tb_ns limit_span;               /* ... until this long after NOW (0: no limit) */
 } scenario;
 
 /* A scheduling decision, as made in a run. */
@@ -167,6 +169,14 @@ static const scenario SCENARIOS[] = {
     {.name = "set_rates of refills race", .nrates = 1, .params = {{1000.0 / 3, 3, 2}},
      .script = {change_to_first, change_to_second, reserve_around_a_change}, .crashable = 3,
      .changes = {{500, 4, 0}, {250, 2, 0}}, .other_refills = true},
+    /* A server's limit of 2 tokens for ~243 us (rounded up to 2^20 ns units): the grants before its end take at
+     * most 2 in all, cancelled ones included (a cancel gives the rates back, not the limit). */
+    {.name = "a limit shared by racing reservations", .nrates = 1, .params = {{1000.0 / 3, 3, 3}},
+     .script = {reserve_then_cancel, reserve_twice, reserve_one}, .crashable = 7, .limit_tokens = 2,
+     .limit_span = 2000},
+    {.name = "a limit over two rates", .nrates = 2, .params = {{1000.0 / 3, 3, 3}, {700, 2, 2}},
+     .script = {reserve_by_a_deadline, reserve_one, cancel_one}, .crashable = 7, .limit_tokens = 1.5,
+     .limit_span = 2000},
     /* Bursts 3, 2, 4, 3: a rate owing more than its bursts shifts back to the very F it had, but for a tick a
      * change; a helper of the first change that stalls until the third is published must not publish it again. */
     {.name = "a helper stalled across three changes", .nrates = 1, .params = {{250, 3, 2}},  /* exact in binary */
@@ -216,6 +226,7 @@ static int run(const point *plan, int planned, point *trace, bool random)
 {
     memset(&segment, 0, sizeof segment);
     CHECK(tb_shm_create(&segment, sizeof segment, current->nrates, current->params) == TB_SHM_OK);
+    CHECK(tb_shm_limit_until(&segment, current->limit_tokens, NOW + current->limit_span, 0, NOW) == TB_SHM_OK);
     int points = 0, last = 0;
     bool crashed = false;
     for (int p = 0; p < PROCS; p++)
@@ -295,10 +306,26 @@ static void rate_kept(uint32_t i, double burst, bool sums)
     CHECK(lost >= -GRANT_SLACK * (int64_t)n && lost <= losable);
 }
 
+// Checks that the grants before the end of the scenario's limit took at most its tokens in all.
+static void limit_kept(void)
+{
+    tb_ns until = limit_until_of(limit_word(NOW + current->limit_span, current->limit_tokens));
+    double taken = 0;
+    for (int p = 0; p < PROCS; p++) {
+        const outcome *o = &procs[p].out;
+        for (int k = 0; k < o->done; k++)
+            if (o->kind[k] == 'r' && o->status[k] == TB_SHM_OK && o->r[k].at < until)
+                taken += o->amount[k];
+    }
+    CHECK(taken <= current->limit_tokens);
+}
+
 // Checks a run's outcome, then that the segment serves a reservation and a change alone.
 static void outcome_kept(void)
 {
     CHECK(tb_shm_check(&segment) == 0);
+    if (current->limit_span > 0)
+        limit_kept();
     bool changed[3] = {false, false, false};
     int made = 0;  /* change_rates that returned OK: all from the created parameters, so at most one */
     for (int p = 0; p < PROCS; p++) {

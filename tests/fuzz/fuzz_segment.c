@@ -86,7 +86,7 @@ static void operate(input *in, tb_shm_reservation *last)
     tb_shm_params params[TB_MAX_RATES] = {{1e6, 10, 10}, {2e6, 10, 5}, {1e3, 100, 0}, {1e9, 1, 1}};
     double tokens;
     tb_ns at;
-    switch (next_u8(in) % 14) {
+    switch (next_u8(in) % 15) {
     case 0: expect(tb_shm_validate(seg, sizeof *seg)); break;
     case 1: expect(tb_shm_join(seg, sizeof *seg, next_u8(in) % (TB_MAX_RATES + 1), params)); break;
     case 2: (void)tb_shm_check(seg); break;
@@ -115,6 +115,7 @@ static void operate(input *in, tb_shm_reservation *last)
     case 11: expect(tb_shm_settle(seg, amount(in), amount(in), instant(in))); break;
     case 12: expect(tb_shm_change_rate(seg, next_u8(in) % (TB_MAX_RATES + 1), &params[next_u8(in) % TB_MAX_RATES],
                                        1e3 * (1 + next_u8(in)), 1 + next_u8(in) % 16, instant(in))); break;
+    case 13: expect(tb_shm_limit_until(seg, amount(in), instant(in), instant(in), instant(in))); break;
     default: expect(tb_shm_create(seg, sizeof *seg, 1, params)); break;
     }
 }

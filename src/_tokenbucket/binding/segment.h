@@ -513,6 +513,24 @@ static PyObject *segment_settle(PyObject *op, PyObject *const *args, Py_ssize_t 
     return PyLong_FromLong(status);
 }
 
+// limit_until(tokens, until, slack, now): the status of limiting every process to tokens more before until.
+static PyObject *segment_limit_until(PyObject *op, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    SegmentObject *self = (SegmentObject *)op;
+    static const char *const names[] = {"tokens", "until", "slack", "now"};
+    PyObject *values[4];
+    double tokens;
+    tb_ns until, slack, now;
+    if (bind_arguments("limit_until", names, 4, args, nargs, kwnames, values) < 0 ||
+        parse_real(self->state, "tokens", values[0], &tokens) < 0 || parse_ns("until", values[1], &until) < 0 ||
+        parse_ns("slack", values[2], &slack) < 0 || parse_ns("now", values[3], &now) < 0 ||
+        open_segment(self) == NULL)
+        return NULL;
+    tb_shm_status status =
+        mapped_whole(self) ? tb_shm_limit_until(self->mapping.seg, tokens, until, slack, now) : TB_SHM_EFOREIGN;
+    return PyLong_FromLong(status);
+}
+
 /* ---- pause and rates ---- */
 
 // pause_until(until): no grant before until, for every process (an earlier instant than the pause's changes
@@ -659,9 +677,13 @@ static PyMethodDef segment_methods[] = {
     SEGMENT_METHOD(settle, SEGMENT_KEYWORDS,
                    "settle($self, /, taken, used, now)\n--\n\nSettles a grant of taken whose real cost was used: "
                    "the difference given back or taken as debt; returns the status (SHM_EINVAL: nothing changed)."),
+    SEGMENT_METHOD(limit_until, SEGMENT_KEYWORDS,
+                   "limit_until($self, /, tokens, until, slack, now)\n--\n\nAt most tokens more granted before "
+                   "until, for every process (a limit running is tightened by one ending within slack of it, "
+                   "replaced by one ending later, kept by one ending earlier); returns the status."),
     SEGMENT_METHOD(tokens, SEGMENT_KEYWORDS,
-                   "tokens($self, /, now)\n--\n\nThe tokens available at now: the fewest over the rates, 0 while "
-                   "paused."),
+                   "tokens($self, /, now)\n--\n\nThe tokens available at now: the fewest over the rates and a "
+                   "limit, 0 while paused."),
     SEGMENT_METHOD(fit_at, SEGMENT_KEYWORDS,
                    "fit_at($self, /, amount, now)\n--\n\nThe first instant >= now at which amount would be "
                    "granted, taking nothing (NEVER for amount over a burst)."),
