@@ -760,7 +760,14 @@ def test_httpx_follows_what_is_left_of_the_quota(lib, vrun, follow):
         assert sent == [0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 4.0] and statuses == [200] * 7
 
 
-def test_aiohttp_follows_what_is_left_of_the_quota(lib, run):
+@pytest.mark.parametrize("over", ["a limiter in process", "a SharedMemoryStore"])
+def test_aiohttp_follows_what_is_left_of_the_quota(lib, run, request, over):
+    store = None
+    if over == "a SharedMemoryStore":
+        if lib.name != "c":
+            pytest.skip("a SharedMemoryStore needs the C engine (tests/test_bad_input.py checks the twin refuses it)")
+        store = lib.package.SharedMemoryStore(request.getfixturevalue("name"))
+
     async def main() -> tuple[list[int], float]:
         server = QuotaServer(3, 1.0, time.monotonic)
 
@@ -775,7 +782,7 @@ def test_aiohttp_follows_what_is_left_of_the_quota(lib, run):
         try:
             await web.TCPSite(runner, "127.0.0.1", 0).start()
             host, port = runner.addresses[0][:2]
-            limiter = lib.Limiter(1000, 1, burst=10)
+            limiter = lib.Limiter(1000, 1, burst=10) if store is None else lib.Limiter(1000, 1, burst=10, store=store)
             started = time.monotonic()
             async with limited_session(lib, limiter) as session:
                 for _ in range(4):
