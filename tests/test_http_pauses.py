@@ -33,8 +33,10 @@ def integration(lib: SimpleNamespace, name: str) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def limiter_over(lib: SimpleNamespace, store: str, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    """A Limiter(100, 1) of lib over a new store of kind store, closed (or unlinked) on exit."""
+async def limiter_over(lib: SimpleNamespace, store: str, request: pytest.FixtureRequest,
+                       key: str = "http") -> AsyncIterator[Any]:
+    """A Limiter(100, 1) of lib over a new store of kind store (a Redis store's at key), closed (or unlinked) on
+    exit."""
     package = lib.package
     if store == "process":
         yield lib.Limiter(100, 1)
@@ -48,7 +50,7 @@ async def limiter_over(lib: SimpleNamespace, store: str, request: pytest.Fixture
             shared.unlink(shared.name)
     else:
         url = request.getfixturevalue("redis_url")
-        limiter = lib.Limiter(100, 1, store=package.RedisStore(url, "http", lease=1.0 if store == "redis lease"
+        limiter = lib.Limiter(100, 1, store=package.RedisStore(url, key, lease=1.0 if store == "redis lease"
                                                                 else None))
         try:
             yield limiter
