@@ -182,9 +182,8 @@ class Runner:
                 "repetitions": p.uncontended_repetitions, "budget_s": p.uncontended_budget_s,
                 "together": max(1, len(paired))}
         for loop in self.loops:
-            self.progress.say(f"uncontended on {loop}: {len(keys)} competitors, {p.uncontended_processes} processes "
-                              f"of {p.uncontended_repetitions} repetitions of {p.uncontended_iterations:,} "
-                              f"iterations, interleaved")
+            self.progress.say(f"uncontended on {loop}: {len(keys)} competitors, {p.uncontended_processes} x "
+                              f"{p.uncontended_repetitions} repetitions of {p.uncontended_iterations:,}, interleaved")
             # one process's ratios can sit a few percent off another's for its whole life (memory layout,
             # hash seed, a long spell of load): the samples of several are pooled
             merged: dict[str, Any] = {"iterations": {}, "ns": {}}
@@ -323,15 +322,15 @@ class Runner:
         if "error" in result:
             return self.failure(result)
         late = result.get("lateness_ms") or {}
-        return (f"wall {fmt(result.get('wall'), 2)} s, rate {fmt(result.get('achieved_rate'), 1)}/s "
-                f"({fmt(result.get('rate_error_pct'), 3)} %), {fmt(result.get('cpu_us_per_grant'), 2)} µs CPU/grant, "
-                f"CPU {fmt(result.get('cpu_pct'), 0)} %, p99 late {fmt(late.get('p99'), 2)} ms, "
-                f"RSS {fmt(result.get('rss_peak_mb'), 0)} MB" + self.failure(result))
+        return (f"{fmt(result.get('wall'), 2)} s, {fmt(result.get('achieved_rate'), 1)}/s "
+                f"({fmt(result.get('rate_error_pct'), 3)} %), {fmt(result.get('cpu_us_per_grant'), 2)} µs CPU a "
+                f"grant ({fmt(result.get('cpu_pct'), 0)} %), p99 late {fmt(late.get('p99'), 2)} ms"
+                + self.failure(result))  # at most 100 columns with the progress prefix; RESULTS.md has the rest
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a short smoke profile (about 2 minutes)")
+    parser.add_argument("--quick", action="store_true", help="a short smoke profile, indicative only (about 4 minutes)")
     parser.add_argument("--only", default="", help=f"comma-separated scenarios among {', '.join(SCENARIOS)}")
     parser.add_argument("--loops", default=",".join(LOOPS), help="comma-separated: asyncio, uvloop")
     parser.add_argument("--competitors", default="", help="comma-separated keys (default: all installed)")
@@ -357,8 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     raw = CACHE / f"results-{profile.name}{'-partial' if partial else ''}.json"
     if args.report_only:
         results = load_raw(raw)
-        print(report.render_text(results))
-        print("wrote", ", ".join(str(p) for p in report.write(results, out)), file=sys.stderr)
+        print(report.render_summary(results, report.write(results, out)))
         return 0
     runner = Runner(profile, loops, keys)
     for key, why in runner.unavailable.items():
@@ -381,9 +379,9 @@ def main(argv: list[str] | None = None) -> int:
                "competitors": {k: describe_competitor(c) for k, c in runner.competitors.items()},
                **runner.results}
     save_raw(results, raw)
-    print(report.render_text(results))
     written = report.write(results, out)
-    runner.progress.say(f"done in {runner.progress.elapsed()}; wrote {', '.join(str(p) for p in written)}")
+    runner.progress.say(f"done in {runner.progress.elapsed()}")
+    print(report.render_summary(results, written))
     return 0
 
 

@@ -64,6 +64,15 @@ def test_a_foreign_object_is_store_corrupt(name: str) -> None:
         Limiter(100, 1, store=SharedMemoryStore(name))
 
 
+def test_a_segment_of_another_layout_version_says_so(name: str) -> None:
+    Limiter(100, 1, store=SharedMemoryStore(name))
+    with open(f"/dev/shm/{name}", "r+b") as segment:  # the version after the magic: an older aiotb's (layout 1)
+        segment.seek(8)
+        segment.write((1).to_bytes(4, "little"))
+    with pytest.raises(StoreCorrupt, match="another version of aiotb made"):
+        Limiter(100, 1, store=SharedMemoryStore(name))
+
+
 def test_a_segment_corrupted_in_use_grants_nothing(name: str) -> None:
     limiter = Limiter(100, 1, burst=10, store=SharedMemoryStore(name))
     assert limiter.try_acquire()

@@ -143,8 +143,9 @@ class SharedMemoryStore:
             raise StoreCorrupt(f"{self!r} was created but never published within {JOIN_WAIT} s (its creator died "
                                f"while creating it?): remove it with SharedMemoryStore.unlink({self._name!r})")
         if status == SHM_EFOREIGN:
-            raise StoreCorrupt(f"{self!r} names a shared-memory object that is not an aiotb limiter's, a "
-                               f"corrupt one, or one being fought over: remove it with "
+            raise StoreCorrupt(f"{self!r} names a shared-memory object that is not an aiotb limiter's, one that "
+                               f"another version of aiotb made (its layout differs: every process must run the same "
+                               f"aiotb), a corrupt one, or one being fought over: remove it with "
                                f"SharedMemoryStore.unlink({self._name!r}) if it is not in use")
         raise ValueError(f"{self!r} cannot hold rates {_describe(rates)}")
 
