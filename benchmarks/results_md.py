@@ -120,7 +120,7 @@ def render(results: dict[str, Any], tables: list[Table], pictures: list[Path], o
         "python -m venv .venv && . .venv/bin/activate",
         "pip install . -r benchmarks/requirements.txt",
         "python benchmarks/run.py            # full profile (this file); progress goes to stderr",
-        "python benchmarks/run.py --quick    # smoke profile, about 2 minutes, written under benchmarks/.cache/quick/",
+        "python benchmarks/run.py --quick    # smoke profile, indicative only, about 3 minutes, under benchmarks/.cache/quick/",
         "python benchmarks/run.py --only contended --loops asyncio --competitors aiotb,aiolimiter,no-limiter",
         "```",
         "",

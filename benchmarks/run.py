@@ -293,7 +293,7 @@ class Runner:
                 self.progress.say(f"cancellation churn {loop} {key} ...")
                 result = self.child("churn", loop, key, params, span)
                 self.record("churn", loop, key, params, 0, result)
-                self.progress.say("    " + self.describe(result) + f", {result.get('cancelled', '-')} cancelled")
+                self.progress.say("  " + self.describe(result) + f", {result.get('cancelled', '-')} cancelled")
 
     def classic(self) -> None:
         base = dict(self.profile.classic)
@@ -323,14 +323,14 @@ class Runner:
             return self.failure(result)
         late = result.get("lateness_ms") or {}
         return (f"{fmt(result.get('wall'), 2)} s, {fmt(result.get('achieved_rate'), 1)}/s "
-                f"({fmt(result.get('rate_error_pct'), 3)} %), {fmt(result.get('cpu_us_per_grant'), 2)} µs CPU a "
-                f"grant ({fmt(result.get('cpu_pct'), 0)} %), p99 late {fmt(late.get('p99'), 2)} ms"
+                f"({fmt(result.get('rate_error_pct'), 2)} %), {fmt(result.get('cpu_us_per_grant'), 1)} µs "
+                f"CPU/grant ({fmt(result.get('cpu_pct'), 0)} %), p99 late {fmt(late.get('p99'), 1)} ms"
                 + self.failure(result))  # at most 100 columns with the progress prefix; RESULTS.md has the rest
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a short smoke profile, indicative only (about 4 minutes)")
+    parser.add_argument("--quick", action="store_true", help="a short smoke profile, indicative only (about 3 minutes)")
     parser.add_argument("--only", default="", help=f"comma-separated scenarios among {', '.join(SCENARIOS)}")
     parser.add_argument("--loops", default=",".join(LOOPS), help="comma-separated: asyncio, uvloop")
     parser.add_argument("--competitors", default="", help="comma-separated keys (default: all installed)")
