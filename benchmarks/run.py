@@ -230,7 +230,7 @@ class Runner:
                                           f"rep {repetition + 1}/{repetitions if key in PRIMARY else 1} ...")
                         result = self.child("contended", loop, key, params, span)
                         self.record("contended", loop, key, params, repetition, result)
-                        self.progress.say("    " + self.describe(result))
+                        self.progress.say("  " + self.describe(result))
                         walls.setdefault(key, []).append(result.get("wall", float("inf"))
                                                          if result.get("complete") else float("inf"))
                 for key, seen in walls.items():
@@ -267,7 +267,7 @@ class Runner:
                                       f"{key}" + (f" rep {rep + 1}" if key in PACED else "") + " ...")
                     result = self.child("contended", loop, key, params, span)
                     self.record("smooth", loop, key, params, rep, result)
-                    self.progress.say("    " + self.describe(result))
+                    self.progress.say("  " + self.describe(result))
 
     def mixed(self) -> None:
         params = dict(self.profile.mixed)
@@ -306,8 +306,8 @@ class Runner:
                                       f"{loop} {key} ...")
                     result = self.child("classic", loop, key, params, span)
                     self.record("classic", loop, key, params, 0, result)
-                    self.progress.say("    " + self.describe(result) +
-                                      f", max {result.get('max_in_window', '-')} in 1 s "
+                    self.progress.say("  " + self.describe(result))
+                    self.progress.say(f"  at most {result.get('max_in_window', '-')} in any 1 s "
                                       f"(bound {fmt(result.get('window_bound'), 0)})")
 
     @staticmethod
