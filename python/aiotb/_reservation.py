@@ -21,7 +21,12 @@ class BaseReservation(ABC):
     for the grant, and ``await r.acancel()`` to give it back."""
 
     __slots__ = ()
-    ready_at: float
+    _ready_at: float
+
+    @property
+    def ready_at(self) -> float:
+        """Loop time of the grant, as projected when it was reserved."""
+        return self._ready_at
 
     @property
     @abstractmethod
@@ -47,7 +52,7 @@ class Reservation(BaseReservation):
     """A place in the queue of a limiter whose store answers at once (in process, shared memory), taken by
     ``limiter.reserve(amount)``."""
 
-    __slots__ = ("_limiter", "_ident", "_amount", "_granted", "_dispatcher", "_used", "ready_at")
+    __slots__ = ("_limiter", "_ident", "_amount", "_granted", "_dispatcher", "_used", "_ready_at")
 
     def __init__(self, limiter: Limiter[Any], ident: int, amount: float, granted: asyncio.Future[None],
                  ready_at: float, dispatcher: Dispatcher) -> None:
@@ -57,7 +62,7 @@ class Reservation(BaseReservation):
         self._granted = granted
         self._dispatcher = dispatcher
         self._used = False
-        self.ready_at: float = ready_at  #: loop time of the grant, as projected when reserved
+        self._ready_at = ready_at
 
     @property
     def delay(self) -> float:
@@ -112,7 +117,7 @@ class RedisReservation(BaseReservation):
     in one round trip, to each rate nobody reserved from since. Cancelled while awaited before its instant,
     it is given back the same way."""
 
-    __slots__ = ("_limiter", "_reserved", "_amount", "_loop", "_used", "_wake", "ready_at")
+    __slots__ = ("_limiter", "_reserved", "_amount", "_loop", "_used", "_wake", "_ready_at")
 
     def __init__(self, limiter: Any, reserved: Reserved, amount: float, loop: asyncio.AbstractEventLoop,
                  received: float) -> None:
@@ -122,7 +127,7 @@ class RedisReservation(BaseReservation):
         self._loop = loop
         self._used = False  # granted to its awaiter, or given back
         self._wake: asyncio.Future[None] | None = None  # while a task awaits it: done by a give-back
-        self.ready_at: float = received + reserved.delay / 1e9  #: loop time of the grant (never before the server's)
+        self._ready_at = received + reserved.delay / 1e9  # never before the server's instant
 
     @property
     def delay(self) -> float:
