@@ -277,7 +277,7 @@ tb_shm_status tb_shm_limit_until(tb_shm *seg, double tokens, tb_ns until, tb_ns 
         return TB_SHM_EINVAL;
     if (until <= now)
         return TB_SHM_OK;
-    if (until - now > TB_SHM_HORIZON || until > LIMIT_LATEST)
+    if (until > now + TB_SHM_HORIZON || until > LIMIT_LATEST)  /* now + the horizon is in range: |now| < 2^58 */
         return TB_SHM_EINVAL;
     uint64_t word = limit_load(seg);
     for (int tries = TB_SHM_TRIES;;) {

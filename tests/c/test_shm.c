@@ -375,6 +375,7 @@ static void test_limit(void)
     CHECK(tb_shm_limit_until(seg, 1, 400 * UNIT, -1, 0) == TB_SHM_EINVAL);
     CHECK(tb_shm_limit_until(seg, 1, TB_SHM_HORIZON + 1, 0, 0) == TB_SHM_EINVAL);
     CHECK(tb_shm_limit_until(seg, 1, TB_MAX_SPAN - 1, 0, TB_MAX_SPAN - 2) == TB_SHM_EINVAL);  /* past the latest */
+    CHECK(tb_shm_limit_until(seg, 1, INT64_MAX, 0, 1 - TB_MAX_SPAN) == TB_SHM_EINVAL);  /* no overflow (UBSan) */
     CHECK(tb_shm_limit_until(seg, 1, 0, 0, 0) == TB_SHM_OK && atomic_load(&seg->limit) == word);
     CHECK(tokens(seg, 301 * UNIT) == 10 && tb_shm_check(seg) == 0);  /* ended */
     free(seg);
