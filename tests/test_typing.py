@@ -1,4 +1,5 @@
-"""The package and every README example type-check: ``mypy --strict`` and ``pyright`` (its standard mode),
+"""The package and every README example type-check (the examples of docs/ are checked the same way, by
+tests/test_docs.py): ``mypy --strict`` and ``pyright`` (its standard mode),
 with the settings of pyproject.toml.
 
 The package is checked twice: as type checkers see it (``_core`` imports the C engine's stub) and with the
@@ -94,12 +95,17 @@ def pyright(args: list[str], cwd: Path) -> dict[str, Any]:
     return report
 
 
-def readme_blocks() -> dict[str, list[str]]:
-    """The README's ```python blocks by their fence's info string."""
+def fenced_blocks(text: str) -> dict[str, list[str]]:
+    """A Markdown text's ```python blocks by their fence's info string (the README's, a page of docs/)."""
     blocks: dict[str, list[str]] = {}
-    for info, code in re.findall(r"^```(py[^\n]*)\n(.*?)^```", README.read_text(), re.S | re.M):
+    for info, code in re.findall(r"^```(py[^\n]*)\n(.*?)^```", text, re.S | re.M):
         blocks.setdefault(info.strip(), []).append(code)
     return blocks
+
+
+def readme_blocks() -> dict[str, list[str]]:
+    """The README's ```python blocks by their fence's info string."""
+    return fenced_blocks(README.read_text())
 
 
 @pytest.fixture(scope="module")
