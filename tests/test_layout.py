@@ -1,11 +1,14 @@
 """The package's layout: no circle among the imports its modules make when they run (an import only a type
-checker reads, under ``if TYPE_CHECKING:``, is left out), so that a store's module never needs a limiter's."""
+checker reads, under ``if TYPE_CHECKING:``, is left out), so that a store's module never needs a limiter's; and
+the table of stores that the README and the docs show is the one the code refuses from."""
 
 from __future__ import annotations
 
 import ast
 import re
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "python" / "aiotb"
 
@@ -51,19 +54,34 @@ def test_no_module_of_the_package_imports_itself_back() -> None:
     assert not circles, circles
 
 
-def test_the_readme_table_of_stores_is_the_one_the_code_refuses_from() -> None:
+ROOT = PACKAGE.parent.parent
+# The table of stores is on the front page and on the stores' page of the docs; the reasons on the latter.
+TABLES = (ROOT / "README.md", ROOT / "docs" / "guides" / "stores.md")
+REASONS = ROOT / "docs" / "guides" / "stores.md"
+
+
+@pytest.mark.parametrize("page", TABLES, ids=[str(page.relative_to(ROOT)) for page in TABLES])
+def test_the_table_of_stores_is_the_one_the_code_refuses_from(page: Path) -> None:
     from aiotb._capabilities import FEATURES, REFUSED, STORES
 
-    readme = (PACKAGE.parent.parent / "README.md").read_text()
+    text = page.read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| feature |"))
+    assert [cell.strip().strip("`") for cell in header.strip().strip("|").split("|")][1:] == list(STORES)
     rows = {}
-    for line in readme.splitlines():
+    for line in text.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if line.startswith("| ") and cells[0] in FEATURES:
             rows[cells[0]] = cells[1:]
     assert list(rows) == list(FEATURES)
     for feature, cells in rows.items():
         assert cells == ["no" if (feature, store) in REFUSED else "yes" for store in STORES], feature
-    bullets = [" ".join(bullet.split()) for bullet in re.findall(r"^- .*(?:\n  \S.*)*", readme, re.M)]
+
+
+def test_the_reasons_of_the_table_of_stores_are_the_ones_the_code_gives() -> None:
+    from aiotb._capabilities import REFUSED
+
+    text = REASONS.read_text()
+    bullets = [" ".join(bullet.split()) for bullet in re.findall(r"^- .*(?:\n  \S.*)*", text, re.M)]
     for (feature, store), reason in REFUSED.items():
         assert any(line.startswith(f"- {feature}, over ") and f"`{store}`" in line and f": {reason}." in line
                    for line in bullets), (feature, store)
