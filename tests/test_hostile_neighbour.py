@@ -5,7 +5,7 @@ store's own headers).
 
 The limiter runs in a child process (tests/hostile_workers.py), so that a signal that would kill it is seen
 as its death and fails the test naming the signal; every child is waited for within a bound, then killed
-and failed. What must hold, as the README's Security section says: a name another user made first is
+and failed. What must hold, as docs/security.md says: a name another user made first is
 refused with a PermissionError naming its owner and mode, and not joined; a writer the limiter trusts can
 grant or withhold any tokens, and the limiter neither crashes nor hangs then; a neighbour that can only
 withhold (compare-and-swap a rate later, as fast as it can) leaves the bound ``burst + rate * t`` over the
@@ -196,7 +196,7 @@ def test_a_trusted_writer_keeping_the_bucket_full_overgrants_without_a_crash_or_
     if said["corrupt"]:  # a call whose compare-and-swap the writer beat TB_SHM_TRIES times in a row
         assert "corrupt" in said["corrupt_message"], said["corrupt_message"]
     counted = said["counted"]
-    # What the README says a trusted writer can do: grant any tokens. Over the second, the bound would allow
+    # What docs/security.md says a trusted writer can do: grant any tokens. Over the second, the bound would allow
     # BURST + RATE; the limiter granted whatever the writer put back.
     assert len(counted) > 10 * (BURST + RATE), len(counted)
     assert excess(counted, NS_PER_TOKEN, BURST) > 10 * BURST
@@ -223,7 +223,7 @@ def test_an_object_truncated_under_a_running_limiter_is_sigbus_as_documented(nei
     limiter.stdin.flush()  # type: ignore[union-attr]
     ended(start_neighbour(neighbour, name, "truncate", 0))
     finished(limiter)  # within BOUND, or it is killed and the test fails
-    # The README: whoever can write the object can shrink it under the mapping, "which makes the next access a
+    # docs/security.md: whoever can write the object can shrink it under the mapping, "which makes the next access a
     # SIGBUS (as with any mapped file)". No check the library can make before each access closes that race.
     assert limiter.returncode == -signal.SIGBUS, limiter.returncode
     said = joined(name, mode=0o666)  # a new process meets the empty object: a clear error, after the join wait

@@ -117,6 +117,7 @@ def test_sdist_installs_with_the_c_engine_and_its_tests_pass(dists: tuple[Path, 
 
     source = unpack(sdist, tmp_path / "unpacked")
     # the API on both engines, the C core's own unit tests (src/ and tests/c from the sdist), the README's examples
+    # and its benchmark figures (against benchmarks/RESULTS.md, in the sdist)
     report = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_api.py", "tests/test_c_core.py",
                   "tests/test_readme.py"], cwd=source)
     summary = report.strip().splitlines()[-1]

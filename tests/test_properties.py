@@ -19,7 +19,7 @@ the very instant the head waiter's tokens are due), and cancellations. After eve
 The tolerance is for double rounding only: one nanosecond of refill (a grant counts from the
 bucket's fractional refill instant, up to a nanosecond before the whole nanosecond at which it
 is made) plus 1e-9 of the tokens involved. The virtual clock fires timers exactly, so the 2 ms
-of late-wake credit (README, Design) never applies here."""
+of late-wake credit (docs/design.md) never applies here."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The README's table of stores, cell by cell, at run time: every feature over every store either works (a real
-call, checked) or is refused with the table's reason (``aiotb._capabilities``), each of the row's calls. On both
+"""The table of stores (README.md, docs/guides/stores.md), cell by cell, at run time: every feature over every
+store either works (a real call, checked) or is refused with the table's reason (``aiotb._capabilities``), each of the row's calls. On both
 engines where the store allows (a SharedMemoryStore needs the C one), against the session's redis-server and
 real loops and threads."""
 

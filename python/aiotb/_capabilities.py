@@ -1,5 +1,6 @@
 """What each store serves, in one table: a feature a store does not serve is refused from here, with its
-reason, and the README's table of stores says the same (tests/test_layout.py compares them)."""
+reason, and the table of stores of README.md and docs/guides/stores.md says the same (tests/test_layout.py
+compares them)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Literal, NamedTuple
 Store = Literal["in process", "SharedMemoryStore", "RedisStore", "RedisStore(lease=)"]
 STORES: tuple[Store, ...] = ("in process", "SharedMemoryStore", "RedisStore", "RedisStore(lease=)")
 
-# every feature, in the README's order
+# every feature, in the order of the table of stores
 FEATURES = (
     "async with, acquire(timeout=), decorators, slot",
     "try_acquire, has_capacity, tokens",

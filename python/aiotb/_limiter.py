@@ -317,7 +317,7 @@ class Limiter(Generic[StoreT], Bucket):
                  index: int = 0) -> None:
         """Changes rate ``index`` from now on (``time_period``/``burst`` left out: unchanged).
         It keeps the tokens it holds, at most the new burst; queued waiters are re-timed at
-        once, and those that can no longer be granted as promised are failed (see README)."""
+        once, and those that can no longer be granted as promised are failed (see docs/guides/server-signals.md)."""
         i, spec, window_ns = self._changed_rate(max_rate, time_period, burst, index)
         if window_ns is not None:
             self._set_window(window_ns, spec.max_rate)

@@ -84,8 +84,8 @@ class SharedMemoryStore:
 
     @property
     def capabilities(self) -> Capabilities:
-        """What a limiter over it serves (see the README's table of stores); instants on CLOCK_MONOTONIC,
-        which every process of the host shares; every call answered at once."""
+        """What a limiter over it serves (see the table of stores, docs/guides/stores.md); instants on
+        CLOCK_MONOTONIC, which every process of the host shares; every call answered at once."""
         return capabilities("SharedMemoryStore", "CLOCK_MONOTONIC", round_trip=False)
 
     def bind(self, rates: Sequence[tuple[float, float, float]]) -> SharedRates:

@@ -25,7 +25,7 @@
  *   - safety: the grants (net of refunds, given back at the instant of the refund) fit a
  *     bucket of burst + slack tokens that starts with initial + slack tokens and refills at
  *     1/ns_per_token per nanosecond. slack = late_credit tokens + 1 ns of refill: a head popped
- *     late is granted as of up to late_credit of a token's time earlier (README, Design), and a bucket that
+ *     late is granted as of up to late_credit of a token's time earlier (docs/design.md), and a bucket that
  *     became full less than a nanosecond before a grant keeps its fractional full instant
  *     (limits.c, full_before), so the grant counts from that instant. On top of that,
  *     TOLERANCE() tokens for double rounding;
