@@ -1,7 +1,7 @@
 """The table of stores (README.md, docs/guides/stores.md), cell by cell, at run time: every feature over every
-store either works (a real call, checked) or is refused with the table's reason (``aiotb._capabilities``), each of the row's calls. On both
-engines where the store allows (a SharedMemoryStore needs the C one), against the session's redis-server and
-real loops and threads."""
+store either works (a real call, checked) or is refused with the table's reason (``aiotb._capabilities``), each
+of the row's calls. On both engines where the store allows (a SharedMemoryStore needs the C one), against the
+session's redis-server and real loops and threads."""
 
 from __future__ import annotations
 
