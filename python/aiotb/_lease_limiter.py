@@ -206,15 +206,15 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
                     self._told = owed
 
     async def alimit_until(self, tokens: float, when: float) -> None:
-        """Not over a leased RedisStore (see the README's table of stores)."""
+        """Not over a leased RedisStore (see the table of stores, docs/guides/stores.md)."""
         raise refused("limit_until, follow / alimit_until, afollow", "RedisStore(lease=)")
 
     def reserve(self, amount: float = 1) -> Any:
-        """Not over a leased RedisStore (see the README's table of stores)."""
+        """Not over a leased RedisStore (see the table of stores, docs/guides/stores.md)."""
         raise refused("reserve / areserve", "RedisStore(lease=)")
 
     async def areserve(self, amount: float = 1) -> BaseReservation:
-        """Not over a leased RedisStore (see the README's table of stores)."""
+        """Not over a leased RedisStore (see the table of stores, docs/guides/stores.md)."""
         raise refused("reserve / areserve", "RedisStore(lease=)")
 
     def __repr__(self) -> str:

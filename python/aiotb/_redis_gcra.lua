@@ -206,7 +206,7 @@ if op == 'reserve' then  -- amount, most ns to wait (-1: any), a word for the wi
     stored(s, now)  -- the reply as reply() words it, in one format (the hottest path: every acquire takes it)
     return string.format('%d' .. string.rep(' ' .. INT, 3 + #record), OK, at - now, at, s.e, unpack(record))
 elseif op == 'cancel' then  -- a reservation's record: restores the rates nobody took from since (a record of
-    local restored, record = 0, {unpack(W, 2)}  -- the right shape is trusted: see the README's Security section)
+    local restored, record = 0, {unpack(W, 2)}  -- the right shape is trusted: see docs/security.md)
     if #record ~= 1 + 2 * #s.r then
         refuse('a cancel record is the epoch and each rate\'s F before and after', #record)
     end

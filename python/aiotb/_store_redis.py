@@ -206,7 +206,7 @@ class RedisStore:
     @property
     def capabilities(self) -> Capabilities:
         """What a limiter over it serves: every feature but the calls that must answer at once (a leased store:
-        see the README's table of stores); instants on the server's clock, one round trip a call."""
+        see the table of stores, docs/guides/stores.md); instants on the server's clock, one round trip a call."""
         return capabilities("RedisStore" if self._lease is None else "RedisStore(lease=)", "the Redis server's",
                             round_trip=True)
 
