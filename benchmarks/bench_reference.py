@@ -6,6 +6,9 @@
   already finished: the cost of the `async with` protocol itself;
 - bare C bucket: the same, plus a read of CLOCK_MONOTONIC and one token taken from a
   GCRA bucket: the least an exact limiter can cost;
+- bare C bucket asking for the running loop: the same, after asking asyncio for the
+  running loop the public way aiotb asks (and dropping the answer): the least a limiter
+  that honours the running loop's clock can cost;
 - no limiter: each waiter sleeps until its own slot in the ideal schedule (one
   asyncio.sleep, hence one timer, per waiter), with nothing deciding anything;
 - paced floor: each waiter awaits a bare future, and a Linux timerfd that the loop
@@ -177,6 +180,10 @@ def _bound_bare_bucket(rate: float, burst: float | None):
     return load_noop().BoundBareBucket(rate)
 
 
+def _bound_loop_bare_bucket(rate: float, burst: float | None):
+    return load_noop().BoundLoopBareBucket(rate)
+
+
 EMPTY_LOOP = Competitor(
     key="empty-loop",
     label="empty loop (reference)",
@@ -239,6 +246,17 @@ BOUND_BARE_BUCKET = Competitor(
     scenarios=frozenset({"uncontended"}),
 )
 
+BOUND_LOOP_BARE_BUCKET = Competitor(
+    key="c-bucket-loop-bound",
+    label="bare C bucket asking for the running loop, methods bound once (reference)",
+    make=_bound_loop_bare_bucket,
+    acquire=None,
+    reference=True,
+    mapping="noop/_noopcm.c: the bare C bucket bound once, asking asyncio for the running loop (_asyncio's C "
+            "function called directly, as aiotb calls it) before it reads the clock",
+    scenarios=frozenset({"uncontended"}),
+)
+
 NO_LIMITER = Competitor(
     key="no-limiter",
     label="no limiter: sleep to ideal slot (floor)",
@@ -263,5 +281,7 @@ PACED_FLOOR = Competitor(
     scenarios=frozenset({"smooth"}),
 )
 
-COMPETITORS = [EMPTY_LOOP, PYTHON_NOOP, C_NOOP, BARE_BUCKET, BOUND_NOOP, BOUND_BARE_BUCKET, NO_LIMITER, PACED_FLOOR]
-NOOP_KEYS = (C_NOOP.key, BARE_BUCKET.key, BOUND_NOOP.key, BOUND_BARE_BUCKET.key)  # the ones that need noop/_noopcm.c built
+COMPETITORS = [EMPTY_LOOP, PYTHON_NOOP, C_NOOP, BARE_BUCKET, BOUND_NOOP, BOUND_BARE_BUCKET, BOUND_LOOP_BARE_BUCKET,
+               NO_LIMITER, PACED_FLOOR]
+# the ones that need noop/_noopcm.c built
+NOOP_KEYS = (C_NOOP.key, BARE_BUCKET.key, BOUND_NOOP.key, BOUND_BARE_BUCKET.key, BOUND_LOOP_BARE_BUCKET.key)

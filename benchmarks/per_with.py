@@ -8,6 +8,11 @@ and Python versions (the README's clock figures).
     python benchmarks/per_with.py --steps     one async with per task step instead: 10,000 tasks released
                                               at once, each entering once, beside the same tasks doing
                                               nothing (median wall time per task step over 9 releases each)
+    python benchmarks/per_with.py --subject S the same for a reference of noop/_noopcm.c (built on first use
+                                              under benchmarks/.cache/noop) instead of aiotb: noop, bare (the
+                                              bare C bucket), noop-bound, bare-bound (the same two with methods
+                                              bound once) or loop-bare-bound (the bare C bucket bound once,
+                                              asking asyncio for the running loop first)
 """
 
 from __future__ import annotations
@@ -15,19 +20,56 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import importlib.util
 import statistics
 import sys
+import sysconfig
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import aiotb
 
 RUNS, PER_RUN = 9, 300_000
 TASKS = 10_000
+# --subject: None for aiotb, else the name of the reference's type in noop/_noopcm.c
+SUBJECTS = {"aiotb": None, "noop": "NoopContext", "bare": "BareBucket", "noop-bound": "BoundNoopContext",
+            "bare-bound": "BoundBareBucket", "loop-bare-bound": "BoundLoopBareBucket"}
+
+
+def noop_type(name: str) -> Any:
+    """The type called name in noop/_noopcm.c, built first if need be."""
+    here = Path(__file__).resolve().parent
+    out = here / ".cache" / "noop"
+    spec = importlib.util.spec_from_file_location("noop_build", here / "noop" / "build.py")
+    assert spec is not None and spec.loader is not None
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    builder.build(out)
+    path = out / f"_noopcm{sysconfig.get_config_var('EXT_SUFFIX')}"
+    spec = importlib.util.spec_from_file_location("_noopcm", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def maker(key: str) -> Callable[[], Any]:
+    """What --subject key enters: a new uncontended limiter, or reference, at each call."""
+    name = SUBJECTS[key]
+    if name is None:
+        return lambda: aiotb.Limiter(1e12, 1)
+    kind = noop_type(name)
+    return kind if name.endswith("NoopContext") else lambda: kind(1e12)
+
+
+make_limiter = maker("aiotb")  # what the functions below enter; main() sets it from --subject
 
 
 async def with_blocks(count: int) -> float:
     """Enters and leaves an uncontended limiter count times; the wall time per block, in ns."""
-    limiter = aiotb.Limiter(1e12, 1)
+    limiter = make_limiter()
     start = time.perf_counter_ns()
     for _ in range(count):
         async with limiter:
@@ -42,7 +84,7 @@ async def median_ns() -> float:
 async def release(enter: bool) -> float:
     """Releases TASKS waiting tasks in one loop iteration, each entering an uncontended limiter once (or doing
     nothing); the wall time of that iteration per task, in ns, with the cyclic GC off."""
-    limiter, go = aiotb.Limiter(1e12, 1), asyncio.Event()
+    limiter, go = make_limiter(), asyncio.Event()
 
     async def task() -> None:
         await go.wait()
@@ -71,22 +113,29 @@ def per_step() -> tuple[float, float]:
     return statistics.median(entering), statistics.median(idle)
 
 
+def subject(key: str) -> str:
+    return f"aiotb engine {aiotb.IMPLEMENTATION}" if key == "aiotb" else f"_noopcm.{SUBJECTS[key]}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, help="run exactly this many async with, print nothing")
     parser.add_argument("--steps", action="store_true", help="one async with per task step (see above)")
+    parser.add_argument("--subject", choices=SUBJECTS, default="aiotb", help="what to enter (see above)")
     args = parser.parse_args()
+    global make_limiter
+    make_limiter = maker(args.subject)
     if args.count is not None:
         asyncio.run(with_blocks(args.count))
         return
     if args.steps:
         entering, idle = per_step()
-        print(f"Python {sys.version.split()[0]}, aiotb engine {aiotb.IMPLEMENTATION}: {entering:.0f} ns per task step "
+        print(f"Python {sys.version.split()[0]}, {subject(args.subject)}: {entering:.0f} ns per task step "
               f"that enters an uncontended limiter once, {idle:.0f} ns per task step that does nothing (medians of "
               f"{RUNS} releases of {TASKS:,} tasks each)")
         return
     ns = asyncio.run(median_ns())
-    print(f"Python {sys.version.split()[0]}, aiotb engine {aiotb.IMPLEMENTATION}: {ns:.1f} ns per async with "
+    print(f"Python {sys.version.split()[0]}, {subject(args.subject)}: {ns:.1f} ns per async with "
           f"(median of {RUNS} runs of {PER_RUN:,})")
 
 

@@ -31,6 +31,7 @@ COLOURS = {
     "c-bucket": "#525252",
     "c-noop-bound": "#3a3a3a",
     "c-bucket-bound": "#737373",
+    "c-bucket-loop-bound": "#969696",
     "py-noop": "#bcbd22",
     "empty-loop": "#c7c7c7",
 }

@@ -21,6 +21,7 @@ FILES = {
     "c-bucket": "bench_reference",
     "c-noop-bound": "bench_reference",
     "c-bucket-bound": "bench_reference",
+    "c-bucket-loop-bound": "bench_reference",
     "py-noop": "bench_reference",
     "empty-loop": "bench_reference",
 }

@@ -26,7 +26,9 @@ METHOD = """\
   aiolimiter ÷) is the median of the {reps} ratios of two competitors' times in the same repetition: aiotb, the
   C floor, the bare C bucket and aiolimiter run back to back, so a spell of load on the shared machine weighs
   on both sides of the ratios the targets name. The bare C bucket (`noop/_noopcm.c`) is the C floor plus what
-  any exact limiter must do: read `CLOCK_MONOTONIC` and take a token from a GCRA bucket. Libraries without
+  any exact limiter must do: read `CLOCK_MONOTONIC` and take a token from a GCRA bucket; the same bucket asking
+  for the running loop first (bound once) asks asyncio the public way aiotb asks, before it reads the clock: the
+  least a limiter that honours the running loop's clock can do. Libraries without
   `async with` run `await limiter.wait()` (asynciolimiter) or `await limiter.try_acquire_async(...)`
   (pyrate-limiter) instead.
 - **Releasing waiters.** N tasks are created and each parks on one `asyncio.Event`; the event is set and

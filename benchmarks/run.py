@@ -175,7 +175,8 @@ class Runner:
     def uncontended(self) -> None:
         # aiotb and what its targets compare it with always run back to back, in the same spell of the
         # machine's load
-        paired = [k for k in ("aiotb", "c-noop", "c-bucket", "c-noop-bound", "c-bucket-bound", "aiolimiter") if k in self.runnable("uncontended")]
+        paired = [k for k in ("aiotb", "c-noop", "c-bucket", "c-noop-bound", "c-bucket-bound", "c-bucket-loop-bound",
+                                 "aiolimiter") if k in self.runnable("uncontended")]
         keys = paired + [k for k in self.runnable("uncontended") if k not in paired]
         p = self.profile
         spec = {"scenario": "uncontended", "competitors": keys, "iterations": p.uncontended_iterations,

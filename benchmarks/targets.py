@@ -194,6 +194,14 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
         out.append(bound_floor)
         out.append(_paired_target(ns, loop, "c-bucket-bound", "aiotb ≤ 1.05 × the bare C bucket, methods bound once",
                                   1.05, faster=False, name="bare C bucket bound once"))
+        # the least a limiter that honours the running loop's clock can do: ask asyncio for it (the public way)
+        asking = _paired_target(ns, loop, "c-bucket-loop-bound", "aiotb ≤ 1.05 × the bare C bucket asking for the "
+                                "running loop, methods bound once", 1.05, faster=False,
+                                name="that bucket asking for the running loop")
+        if asking[1] != "not measured" and "c-bucket-bound" in ns:
+            asking = (*asking[:2], f"{asking[2]}; asking alone costs the bare C bucket bound once "
+                                   f"{paired_ratio(ns, 'c-bucket-loop-bound', 'c-bucket-bound'):.2f} ×")
+        out.append(asking)
         out.append(_paired_target(ns, loop, "asynciolimiter",
                                   "aiotb ≥ 1.25 × faster than asynciolimiter (its `await limiter.wait()`)", 1.25,
                                   faster=True, name="asynciolimiter"))

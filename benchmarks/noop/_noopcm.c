@@ -9,11 +9,18 @@
  * CLOCK_MONOTONIC, check and take one token of a GCRA bucket. It never waits
  * (an empty bucket raises), so it only serves the uncontended measurement.
  *
- * BoundNoopContext and BoundBareBucket are the same with __aenter__ and
- * __aexit__ bound once per instance, as aiotb binds them: `async with` looks
- * both methods up at every entry, and a method descriptor makes a new bound
- * method each time; a Bound descriptor makes it at the first lookup and keeps
- * it in the instance (a cycle the cyclic GC frees). */
+ * LoopBareBucket is BareBucket that first asks asyncio for the running loop,
+ * the public way a limiter that honours the running loop's clock must ask
+ * (asyncio.events._get_running_loop; _asyncio's C function called directly
+ * when it is one taking no arguments, as aiotb calls it). It drops the answer:
+ * the least such a limiter can do before it reads CLOCK_MONOTONIC.
+ *
+ * BoundNoopContext, BoundBareBucket and BoundLoopBareBucket are the same
+ * with __aenter__ and __aexit__ bound once per instance, as aiotb binds them:
+ * `async with` looks both methods up at every entry, and a method descriptor
+ * makes a new bound method each time (before 3.14); a Bound descriptor makes
+ * it at the first lookup and keeps it in the instance (a cycle the cyclic GC
+ * frees). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
@@ -27,7 +34,12 @@ typedef struct {
     PyTypeObject *bound_type;
     PyTypeObject *bound_context_type;
     PyTypeObject *bound_bucket_type;
+    PyTypeObject *loop_bucket_type;
+    PyTypeObject *bound_loop_bucket_type;
     PyObject *done;  /* the one finished awaitable */
+    PyObject *get_running_loop;  /* asyncio.events._get_running_loop */
+    PyCFunction running_loop_c;  /* its C function when it takes no arguments (_asyncio's), else NULL */
+    PyObject *running_loop_self; /* the self it is called with (borrowed: get_running_loop holds it) */
 } noop_state;
 
 static inline noop_state *get_state(PyObject *module)
@@ -230,6 +242,67 @@ static PyType_Spec bucket_spec = {
     .slots = bucket_slots,
 };
 
+/* ---- LoopBareBucket ---- */
+
+// asyncio's running loop (a new reference; None outside one), or NULL with an exception: the C function
+// called directly when there is one, else the generic call.
+static inline PyObject *ask_running_loop(noop_state *st)
+{
+    if (st->running_loop_c != NULL)
+        return st->running_loop_c(st->running_loop_self, NULL);
+    return PyObject_CallNoArgs(st->get_running_loop);
+}
+
+typedef struct {
+    BucketObject base;
+    noop_state *state;  /* borrowed: the type keeps its module alive */
+} LoopBucketObject;
+
+// LoopBareBucket(rate): BareBucket(rate) that asks for the running loop first.
+static PyObject *loop_bucket_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *module = PyType_GetModule(type);
+    if (module == NULL)
+        return NULL;
+    PyObject *self = bucket_new(type, args, kwargs);
+    if (self != NULL)
+        ((LoopBucketObject *)self)->state = get_state(module);
+    return self;
+}
+
+// __aenter__(): asks asyncio for the running loop and drops the answer, then takes one token as
+// BareBucket's does; RuntimeError if the bucket is empty, or asyncio's exception.
+static PyObject *loop_bucket_aenter(PyObject *op, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *loop = ask_running_loop(((LoopBucketObject *)op)->state);
+    if (loop == NULL)
+        return NULL;
+    Py_DECREF(loop);
+    return bucket_aenter(op, NULL);
+}
+
+static PyMethodDef loop_bucket_methods[] = {
+    {"__aenter__", loop_bucket_aenter, METH_NOARGS, NULL},
+    {"__aexit__", (PyCFunction)(void (*)(void))context_aexit, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot loop_bucket_slots[] = {
+    {Py_tp_new, loop_bucket_new},
+    {Py_tp_traverse, context_traverse},
+    {Py_tp_clear, context_clear},
+    {Py_tp_dealloc, context_dealloc},
+    {Py_tp_methods, loop_bucket_methods},
+    {0, NULL},
+};
+
+static PyType_Spec loop_bucket_spec = {
+    .name = "_noopcm.LoopBareBucket",
+    .basicsize = sizeof(LoopBucketObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = loop_bucket_slots,
+};
+
 /* ---- Bound: a method bound once per instance ---- */
 
 typedef struct {
@@ -326,7 +399,27 @@ static int noop_exec(PyObject *module)
                                            bucket_methods);
     if (st->bound_bucket_type == NULL)
         return -1;
-    return PyModule_AddType(module, st->bound_bucket_type);
+    if (PyModule_AddType(module, st->bound_bucket_type) < 0)
+        return -1;
+    PyObject *events = PyImport_ImportModule("asyncio.events");
+    if (events == NULL)
+        return -1;
+    st->get_running_loop = PyObject_GetAttrString(events, "_get_running_loop");
+    Py_DECREF(events);
+    if (st->get_running_loop == NULL)
+        return -1;
+    if (PyCFunction_Check(st->get_running_loop) && PyCFunction_GetFlags(st->get_running_loop) == METH_NOARGS) {
+        st->running_loop_c = PyCFunction_GetFunction(st->get_running_loop);
+        st->running_loop_self = PyCFunction_GetSelf(st->get_running_loop);
+    }
+    st->loop_bucket_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &loop_bucket_spec, NULL);
+    if (st->loop_bucket_type == NULL || PyModule_AddType(module, st->loop_bucket_type) < 0)
+        return -1;
+    st->bound_loop_bucket_type = bound_subclass(module, st->bound_type, st->loop_bucket_type,
+                                                "_noopcm.BoundLoopBareBucket", loop_bucket_methods);
+    if (st->bound_loop_bucket_type == NULL)
+        return -1;
+    return PyModule_AddType(module, st->bound_loop_bucket_type);
 }
 
 static int noop_traverse(PyObject *module, visitproc visit, void *arg)
@@ -338,7 +431,10 @@ static int noop_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->bound_type);
     Py_VISIT(st->bound_context_type);
     Py_VISIT(st->bound_bucket_type);
+    Py_VISIT(st->loop_bucket_type);
+    Py_VISIT(st->bound_loop_bucket_type);
     Py_VISIT(st->done);
+    Py_VISIT(st->get_running_loop);
     return 0;
 }
 
@@ -346,6 +442,10 @@ static int noop_clear(PyObject *module)
 {
     noop_state *st = get_state(module);
     Py_CLEAR(st->done);
+    Py_CLEAR(st->get_running_loop);
+    st->running_loop_c = NULL, st->running_loop_self = NULL;
+    Py_CLEAR(st->bound_loop_bucket_type);
+    Py_CLEAR(st->loop_bucket_type);
     Py_CLEAR(st->bound_bucket_type);
     Py_CLEAR(st->bound_context_type);
     Py_CLEAR(st->bound_type);
@@ -368,7 +468,8 @@ static PyModuleDef_Slot noop_slots[] = {
 static PyModuleDef noop_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_noopcm",
-    .m_doc = "Floors for `async with`: a context manager that does nothing, and a bare token bucket.",
+    .m_doc = "Floors for `async with`: a context manager that does nothing, a bare token bucket, and one that asks "
+              "for the running loop first.",
     .m_size = sizeof(noop_state),
     .m_slots = noop_slots,
     .m_traverse = noop_traverse,

@@ -171,18 +171,25 @@ FLATTEN static PyObject *bucket_aenter(PyObject *op, PyObject *Py_UNUSED(ignored
     return holds_grants(self) ? wait_to_hold(self, amount) : wait_for_grant(self, amount, Py_None);
 }
 
+// A window's held token leaves it a period from now (out of line: bucket_aexit keeps no frame for it).
+// The ready awaitable, or NULL with an exception.
+COLD static PyObject *window_exit(BucketObject *self)
+{
+    tb_ns now;
+    if (bucket_now(self, &now) < 0)
+        return NULL;
+    tb_end_hold(&self->core, 1.0, now);
+    return Py_NewRef(self->state->ready);
+}
+
 // __aexit__(*exc_info): a window's held token leaves it a period from now; else nothing to give
 // back, as tokens pace starts, not durations.
 static PyObject *bucket_aexit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     BucketObject *self = (BucketObject *)op;
     (void)args, (void)nargs;
-    if (self->configured && holds_grants(self)) {
-        tb_ns now;
-        if (bucket_now(self, &now) < 0)
-            return NULL;
-        tb_end_hold(&self->core, 1.0, now);
-    }
+    if (self->configured && holds_grants(self))
+        return window_exit(self);
     return Py_NewRef(self->state->ready);
 }
 
@@ -626,6 +633,9 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->future_type);
     Py_CLEAR(st->latest_loop);
     proof_clear(&st->latest);
+#ifdef AIOTB_RECENT_PROOF
+    st->recent = NULL;  /* borrowed */
+#endif
     Py_CLEAR(st->str_time);
     Py_CLEAR(st->str_wait);
     Py_CLEAR(st->str_wait_to_hold);

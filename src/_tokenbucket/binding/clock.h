@@ -3,7 +3,11 @@
  * When the running loop's clock provably is CLOCK_MONOTONIC (aiotb._clock.is_monotonic_loop), the
  * bucket reads that clock itself. The proof (tb_proof) holds while that loop is the running one and
  * neither its class (nor a base) nor its instance attributes changed; each thread keeps its own
- * (SeenObject, in the thread's state dict), so buckets share it and no thread reads another's.
+ * (SeenObject, in the thread's state dict), so buckets share it. Where a reading asks asyncio every time
+ * (the public path) in a GIL build, it first tries the record whose proof held at the latest reading,
+ * whichever thread's it is (module state's `recent`): the proof is about the loop asyncio names, not the
+ * thread, and it spares finding this thread's record (its thread state, a thread-local, their checks). A
+ * record clears `recent` when freed. Without the GIL no thread reads another's record.
  *
  * Which loop is running: asyncio answers, in a few loads on 3.12+ and with a getpid() system call
  * on 3.11 (the public path). Asking on every reading costs about 140 instructions per `async with`
@@ -96,6 +100,12 @@ static int watch_class(tb_state *st, PyTypeObject *type)
 {
     return st->type_watcher < 0 ? 0 : PyType_Watch(st->type_watcher, (PyObject *)type);
 }
+
+// Whether no watched class changed since proof p was made; p must hold a proof (then a watcher made it).
+static inline ALWAYS_INLINE bool class_unchanged(const tb_proof *p)
+{
+    return atomic_load_explicit(&class_changes, memory_order_relaxed) == p->type_epoch;
+}
 #else
 // The version a proof records for type: its version tag, 0 if it has none (then no proof is kept).
 static inline ALWAYS_INLINE uint64_t class_version(tb_state *st, PyTypeObject *type)
@@ -110,14 +120,21 @@ static int watch_class(tb_state *st, PyTypeObject *type)
     (void)st, (void)type;
     return 0;
 }
+
+// Whether proof p's class (and its bases) did not change since p was made; p must hold a proof.
+static inline ALWAYS_INLINE bool class_unchanged(const tb_proof *p)
+{
+    return p->loop_type->tp_version_tag == p->type_epoch;
+}
 #endif
 
 /* ---- proofs ---- */
 
-// Whether proof p, made for loop, still holds: same class, unchanged since, same instance attributes.
-static inline ALWAYS_INLINE bool proof_holds(tb_state *st, const tb_proof *p, PyObject *loop)
+// Whether proof p, made for loop, still holds: same class, unchanged since, same instance attributes. An empty
+// p (loop_type NULL) never holds, so class_unchanged sees only made proofs.
+static inline ALWAYS_INLINE bool proof_holds(const tb_proof *p, PyObject *loop)
 {
-    return Py_TYPE(loop) == p->loop_type && class_version(st, p->loop_type) == p->type_epoch &&
+    return Py_TYPE(loop) == p->loop_type && class_unchanged(p) &&
            (p->loop_dict == NULL || PyDict_GET_SIZE(p->loop_dict) == p->dict_size);
 }
 
@@ -161,7 +178,7 @@ COLD static int prove_clock(tb_state *st, tb_proof *p, PyObject *loop)
     PyObject *latest = NULL;
     if (st->latest_loop != NULL && PyWeakref_GetRef(st->latest_loop, &latest) < 0)
         return -1;
-    bool known = latest == loop && proof_holds(st, &st->latest, loop);
+    bool known = latest == loop && proof_holds(&st->latest, loop);
     Py_XDECREF(latest);
     if (!known) {
         PyObject *verdict = PyObject_CallOneArg(st->is_monotonic_loop, loop);
@@ -237,6 +254,11 @@ static void seen_dealloc(PyObject *op)
     PyTypeObject *tp = Py_TYPE(op);
     if (this_thread.seen == (SeenObject *)op)
         this_thread.seen = NULL;
+#ifdef AIOTB_RECENT_PROOF
+    tb_state *st = PyType_GetModuleState(tp);  /* the type keeps its module, hence this state, alive */
+    if (st != NULL && st->recent == op)
+        st->recent = NULL;
+#endif
     atomic_fetch_add_explicit(&seen_frees, 1, memory_order_relaxed);
     PyObject_GC_UnTrack(op);
     (void)seen_clear(op);
@@ -406,7 +428,7 @@ COLD static int bucket_now_slow(BucketObject *self, PyObject *loop, tb_ns *now)
     if (seen == NULL)
         goto done;
     seen->running = false;
-    if (loop != Py_None && !(loop == seen->proof.loop && proof_holds(st, &seen->proof, loop))) {
+    if (loop != Py_None && !(loop == seen->proof.loop && proof_holds(&seen->proof, loop))) {
         int monotonic = prove_clock(st, &seen->proof, loop);
         if (monotonic < 0)
             goto done;
@@ -426,6 +448,10 @@ COLD static int bucket_now_slow(BucketObject *self, PyObject *loop, tb_ns *now)
 #ifdef AIOTB_TRUST_CONTEXT_VERSION
     seen->running = domain == NULL && loop == seen->proof.loop;
     seen->context_ver = PyThreadState_Get()->context_ver;
+#endif
+#ifdef AIOTB_RECENT_PROOF
+    if (domain == NULL && loop == seen->proof.loop)  /* the next reading of this loop, in any bucket, is quick */
+        st->recent = (PyObject *)seen;
 #endif
 #ifdef AIOTB_TRUST_LOOP_HOLDER
     Py_XSETREF(seen->loop_holder, seen->running ? Py_XNewRef(holder) : NULL);
@@ -459,13 +485,13 @@ static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
 #ifdef AIOTB_TRUST_LOOP_HOLDER
                                                                    || same_running_loop(st, seen, ts)
 #endif
-                                                                   ) && proof_holds(st, &seen->proof, seen->proof.loop)) {
+                                                                   ) && proof_holds(&seen->proof, seen->proof.loop)) {
         *now = bucket_read(self, monotonic_ns());
         return 0;
     }
     PyObject *loop = ask_running_loop(st);
     if (loop != NULL && seen != NULL && loop == seen->proof.loop && self->domain == NULL &&
-        proof_holds(st, &seen->proof, loop)) {
+        proof_holds(&seen->proof, loop)) {
         seen->running = true;  /* a new version (a new task step, say): asyncio named the proven loop */
         seen->context_ver = ts->context_ver;
         Py_DECREF(loop);
@@ -474,8 +500,12 @@ static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
     }
 #else
     PyObject *loop = ask_running_loop(st);
+#ifdef AIOTB_RECENT_PROOF
+    SeenObject *seen = loop ? (SeenObject *)st->recent : NULL;  /* found for loop by this thread or another */
+#else
     SeenObject *seen = loop ? seen_find(st, PyThreadState_Get()) : NULL;
-    if (seen != NULL && loop == seen->proof.loop && self->domain == NULL && proof_holds(st, &seen->proof, loop)) {
+#endif
+    if (seen != NULL && loop == seen->proof.loop && self->domain == NULL && proof_holds(&seen->proof, loop)) {
         Py_DECREF(loop);
         *now = bucket_read(self, monotonic_ns());
         return 0;
