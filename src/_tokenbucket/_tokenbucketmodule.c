@@ -8,7 +8,7 @@
  * awaitables, the queue's calls for the dispatcher (waiters.h), the adapters' reading of a server's rate-limit
  * headers (follow.h), the precise timer and the shared segment (Segment,
  * over shm.h, and a bucket's fast path over it, shared.h), `async with`'s two methods bound once per bucket
- * (bound.h); this file holds the Bucket type and the module. */
+ * before 3.14 (bound.h); this file holds the Bucket type and the module. */
 #include "binding/state.h"
 #include "binding/clock.h"
 #include "binding/params.h"
@@ -18,7 +18,9 @@
 #include "binding/waiters.h"
 #include "binding/follow.h"
 #include "binding/timer.h"
+#ifdef AIOTB_BIND_ONCE
 #include "binding/bound.h"
+#endif
 
 static PyModuleDef tokenbucket_module;
 
@@ -107,8 +109,10 @@ static int bucket_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->domain);
     Py_VISIT(self->segment);
     Py_VISIT(self->shared_error);
+#ifdef AIOTB_BIND_ONCE
     Py_VISIT(self->entry);
     Py_VISIT(self->exit);
+#endif
     if (self->configured)
         for (uint32_t s = self->core.head; s != TB_NIL; s = self->core.slots[s].next)
             Py_VISIT((PyObject *)self->core.slots[s].handle);
@@ -123,8 +127,10 @@ static int bucket_clear(PyObject *op)
     Py_CLEAR(self->domain);
     Py_CLEAR(self->segment);
     Py_CLEAR(self->shared_error);
+#ifdef AIOTB_BIND_ONCE
     Py_CLEAR(self->entry);
     Py_CLEAR(self->exit);
+#endif
     return 0;
 }
 
@@ -458,8 +464,8 @@ static PyMethodDef bucket_methods[] = {
 // __init_subclass__(): gives the new class its own descriptor of each Bucket method it inherits unchanged.
 // Calling a method descriptor first checks that self is an instance of the descriptor's class: one
 // compare when self's class is that very class, else a walk up self's MRO, paid by every call on a
-// subclass such as Limiter. __aenter__ and __aexit__ get a Bound (bound.h), which `async with` finds
-// without allocating. A method is inherited unchanged when the class finds Bucket's own descriptor
+// subclass such as Limiter. Before 3.14, __aenter__ and __aexit__ get a Bound (bound.h), which `async with`
+// finds without allocating (3.14 binds neither: state.h's AIOTB_BIND_ONCE). A method is inherited unchanged when the class finds Bucket's own descriptor
 // for it. None, or NULL with an exception.
 static PyObject *bucket_init_subclass(PyObject *cls, PyObject *Py_UNUSED(ignored))
 {
@@ -481,9 +487,13 @@ static PyObject *bucket_init_subclass(PyObject *cls, PyObject *Py_UNUSED(ignored
                 return NULL;
             continue;
         }
+#ifdef AIOTB_BIND_ONCE
         Py_ssize_t place = bound_place(def);
         PyObject *copy = place >= 0 ? bound_new(st->bound_type, def, place, (PyTypeObject *)cls, own)
                                    : PyDescr_NewMethod((PyTypeObject *)cls, def);
+#else
+        PyObject *copy = PyDescr_NewMethod((PyTypeObject *)cls, def);
+#endif
         Py_DECREF(own);
         int rc = copy ? PyObject_SetAttrString(cls, def->ml_name, copy) : -1;
         Py_XDECREF(copy);
@@ -538,9 +548,13 @@ static int tokenbucket_exec(PyObject *module)
     st->bucket_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &bucket_spec, NULL);
     st->seen_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &seen_spec, NULL);
     st->acquisition_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &acquisition_spec, NULL);
-    st->bound_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &bound_spec, NULL);
-    if (!st->ready_type || !st->bucket_type || !st->seen_type || !st->acquisition_type || !st->bound_type)
+    if (!st->ready_type || !st->bucket_type || !st->seen_type || !st->acquisition_type)
         return -1;
+#ifdef AIOTB_BIND_ONCE
+    st->bound_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &bound_spec, NULL);
+    if (st->bound_type == NULL)
+        return -1;
+#endif
     st->ready = PyType_GenericAlloc(st->ready_type, 0);
     st->get_running_loop = import_attribute("asyncio.events", "_get_running_loop");
     st->is_monotonic_loop = import_attribute("aiotb._clock", "is_monotonic_loop");
@@ -603,7 +617,9 @@ static int tokenbucket_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->seen_type);
     Py_VISIT(st->ready_type);
     Py_VISIT(st->acquisition_type);
+#ifdef AIOTB_BIND_ONCE
     Py_VISIT(st->bound_type);
+#endif
     Py_VISIT(st->ready);
     Py_VISIT(st->get_running_loop);
     Py_VISIT(st->is_monotonic_loop);
@@ -624,7 +640,9 @@ static int tokenbucket_clear(PyObject *module)
     Py_CLEAR(st->seen_type);
     Py_CLEAR(st->ready_type);
     Py_CLEAR(st->acquisition_type);
+#ifdef AIOTB_BIND_ONCE
     Py_CLEAR(st->bound_type);
+#endif
     Py_CLEAR(st->ready);
     Py_CLEAR(st->get_running_loop);
     st->running_loop_c = NULL, st->running_loop_self = NULL;

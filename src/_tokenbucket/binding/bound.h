@@ -1,4 +1,4 @@
-/* __aenter__ and __aexit__ bound once per bucket.
+/* __aenter__ and __aexit__ bound once per bucket, before 3.14 (state.h's AIOTB_BIND_ONCE says why not after).
  *
  * `async with` looks both methods up on the instance's class at every entry. Through a method
  * descriptor each lookup makes a new bound method, which the block then frees: two allocations of

@@ -39,6 +39,14 @@
 #if !defined(AIOTB_TRUST_CONTEXT_VERSION) && !defined(Py_GIL_DISABLED)
 #define AIOTB_RECENT_PROOF 1
 #endif
+/* `async with` on 3.11-3.13 binds __aenter__ and __aexit__ at each entry, allocating two bound methods, unless
+ * each bucket keeps them bound (bound.h). 3.14 calls a method descriptor without binding it (LOAD_SPECIAL), so
+ * there keeping them bound costs instead: 1,579 instructions per uncontended `async with` with them kept, 1,416
+ * with a plain method descriptor per class, on 3.14; 1,535 against 1,411 on 3.15 (callgrind, `benchmarks/per_with.py
+ * --count`, PYTHONHASHSEED=0; the bare C bucket bound once: 1,462 and 1,421). */
+#if PY_VERSION_HEX < 0x030E0000
+#define AIOTB_BIND_ONCE 1
+#endif
 
 #if defined(__GNUC__)
 #define COLD __attribute__((noinline, cold))  /* keeps the fast path's frame small */
@@ -70,7 +78,9 @@ typedef struct {
     PyTypeObject *seen_type;
     PyTypeObject *ready_type;
     PyTypeObject *acquisition_type;
+#ifdef AIOTB_BIND_ONCE
     PyTypeObject *bound_type;    /* Bound (bound.h) */
+#endif
     PyObject *ready;             /* the one done awaitable */
     PyObject *get_running_loop;  /* asyncio.events._get_running_loop */
     PyCFunction running_loop_c;  /* its C function when it is one taking no arguments (_asyncio's), else NULL */
@@ -114,8 +124,10 @@ typedef struct {
     PyObject *shared_error; /* with a segment: the exception class for a corrupt one (aiotb.StoreCorrupt) */
     bool shared_busy;   /* with a segment: a waiter of this process is queued (the Python layer says) */
     int resuming;       /* loops holding grants whose tasks have not resumed yet: fair newcomers wait behind them */
+#ifdef AIOTB_BIND_ONCE
     PyObject *entry;    /* __aenter__ bound to this bucket, kept from its first lookup (bound.h), or NULL */
     PyObject *exit;     /* __aexit__, the same way */
+#endif
 } BucketObject;
 
 /* What one thread has proven (clock.h): a loop whose clock is CLOCK_MONOTONIC and, on 3.11-3.13, the
