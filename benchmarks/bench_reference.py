@@ -232,7 +232,8 @@ BOUND_NOOP = Competitor(
     make=_bound_noop_context,
     acquire=None,
     reference=True,
-    mapping="noop/_noopcm.c: the C no-op with __aenter__/__aexit__ bound once per instance, as aiotb binds them",
+    mapping="noop/_noopcm.c: the C no-op with __aenter__/__aexit__ bound once per instance, as aiotb binds them "
+            "before Python 3.14",
     scenarios=frozenset({"uncontended"}),
 )
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.packaging
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 600  # seconds, for each subprocess: builds and installs fetch from PyPI
-NOT_COPIED = {".git", "build", "dist", "benchmarks", ".hypothesis", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
+NOT_COPIED = {".git", "build", "dist", "site", ".hypothesis", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 JUNK = ("__pycache__", ".hypothesis", ".pytest_cache")  # never in a distribution
 JUNK_SUFFIXES = (".pyc", ".pyo", ".so", ".o", ".a")
 FALLBACK_WARNING = "WARNING: aiotb's C engine (aiotb._tokenbucket) was not built"
@@ -54,14 +54,22 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The sdist and the wheel ``python -m build`` makes from a copy of this tree (the wheel from the sdist)."""
     tmp = tmp_path_factory.mktemp("packaging")
     copy = tmp / "tree"
-    shutil.copytree(ROOT, copy, ignore=lambda folder, names: [
-        name for name in names
-        if Path(folder) == ROOT and (name in NOT_COPIED or name.startswith(".venv") or name.endswith(".egg-info"))
-    ])  # __pycache__ and stray builds are copied: MANIFEST.in must keep them out
+    shutil.copytree(ROOT, copy, ignore=ignored)  # __pycache__ and stray builds are copied: MANIFEST.in keeps them out
     run([sys.executable, "-m", "build", "--outdir", tmp / "dist", copy], cwd=tmp)
     sdists, wheels = list((tmp / "dist").glob("aiotb-*.tar.gz")), list((tmp / "dist").glob("aiotb-*.whl"))
     assert len(sdists) == 1 and len(wheels) == 1, sorted((tmp / "dist").iterdir())
     return sdists[0], wheels[0]
+
+
+def ignored(folder: str, names: list[str]) -> list[str]:
+    """What the copy of the tree leaves out: the checkout's own folders and builds, and of benchmarks/ all but the run
+    the README's figures come from."""
+    if Path(folder) == ROOT:
+        return [name for name in names
+                if name in NOT_COPIED or name.startswith(".venv") or name.endswith(".egg-info")]
+    if Path(folder) == ROOT / "benchmarks":
+        return [name for name in names if name != "RESULTS.md"]
+    return []
 
 
 def unpack(sdist: Path, into: Path) -> Path:
@@ -84,7 +92,8 @@ def test_sdist_and_wheel_carry_license_stubs_and_tests(dists: tuple[Path, Path])
         in_sdist = {name.removeprefix(f"{top}/") for name in archive.getnames()}
     package = {f"python/aiotb/{path.name}" for path in (ROOT / "python" / "aiotb").glob("*.pyi")}
     assert package, "no stubs in python/aiotb"
-    wanted = {"LICENSE", "README.md", "pyproject.toml", "setup.py", "python/aiotb/py.typed", *package}
+    wanted = {"LICENSE", "README.md", "benchmarks/RESULTS.md", "pyproject.toml", "setup.py", "python/aiotb/py.typed",
+              *package}
     wanted |= tree_files("tests") | {name for name in tree_files("src") if name.endswith((".c", ".h"))}
     assert {"tests/conftest.py", "tests/virtual_loop.py", "tests/profiles.py"} <= wanted
     assert any(name.startswith("tests/fuzz/corpus/") for name in wanted) and any(
