@@ -16,7 +16,8 @@
  * the least such a limiter can do before it reads CLOCK_MONOTONIC.
  *
  * BoundNoopContext, BoundBareBucket and BoundLoopBareBucket are the same
- * with __aenter__ and __aexit__ bound once per instance, as aiotb binds them:
+ * with __aenter__ and __aexit__ bound once per instance, as aiotb binds them
+ * before 3.14:
  * `async with` looks both methods up at every entry, and a method descriptor
  * makes a new bound method each time (before 3.14); a Bound descriptor makes
  * it at the first lookup and keeps it in the instance (a cycle the cyclic GC

@@ -118,7 +118,7 @@ tb_shm_status tb_shm_reserve(tb_shm *seg, double amount, tb_ns now, tb_ns deadli
         uint64_t limit = limit_load(seg), limit_before = limit, limit_after = limit;
         tb_ns from = pause > now ? pause : now;
         bool limited = from < limit_until_of(limit);  /* else no limit runs at any instant it could be granted at */
-        tb_ns at = fit_all(views, nrates, amount, limited ? limited_from(limit, amount, from) : from);
+        tb_ns at = fit_all(views, nrates, amount, limited_from(limit, amount, from));
         bool reachable = at <= deadline && at <= now + TB_SHM_HORIZON;
         for (uint32_t i = 0; i < nrates && reachable; i++)
             reachable = taken_word(&views[i], amount, at, now, &after[i]);
