@@ -153,8 +153,31 @@ static inline bool holds_grants(const BucketObject *self)
     return self->core.limits.window.period != 0;
 }
 
+// __aenter__ when no token is granted now: the limiter's wait, for a window one that holds the token until __aexit__.
+NOINLINE static PyObject *aenter_wait(BucketObject *self)
+{
+    double amount;
+    if (default_amount(self, &amount) < 0)
+        return NULL;
+    return holds_grants(self) ? wait_to_hold(self, amount) : wait_for_grant(self, amount, Py_None);
+}
+
+// __aenter__ at now for a bucket over a shared segment or a window: the ready awaitable if a token is granted,
+// a window's held until __aexit__; else the limiter's wait.
+NOINLINE static PyObject *aenter_shared_or_window(BucketObject *self, tb_ns now)
+{
+    int taken = self->resuming && self->core.fair ? 0 : newcomer_take(self, 1.0, now);
+    if (taken < 0)
+        return NULL;
+    if (!taken)
+        return aenter_wait(self);
+    if (holds_grants(self))
+        tb_hold(&self->core, 1.0);
+    return Py_NewRef(self->state->ready);
+}
+
 // __aenter__(): the ready awaitable if a token is granted now, else the limiter's wait; a window
-// holds the token until __aexit__.
+// holds the token until __aexit__. The core's own rates take the token here; the rest is out of line.
 FLATTEN static PyObject *bucket_aenter(PyObject *op, PyObject *Py_UNUSED(ignored))
 {
     BucketObject *self = (BucketObject *)op;
@@ -163,18 +186,11 @@ FLATTEN static PyObject *bucket_aenter(PyObject *op, PyObject *Py_UNUSED(ignored
         return not_configured(self), NULL;
     if (bucket_now(self, &now) < 0)
         return NULL;
-    int taken = self->resuming && self->core.fair ? 0 : newcomer_take(self, 1.0, now);
-    if (taken < 0)
-        return NULL;
-    if (taken) {
-        if (holds_grants(self))
-            tb_hold(&self->core, 1.0);
-        return Py_NewRef(self->state->ready);
-    }
-    double amount;
-    if (default_amount(self, &amount) < 0)
-        return NULL;
-    return holds_grants(self) ? wait_to_hold(self, amount) : wait_for_grant(self, amount, Py_None);
+    if (self->segment != NULL || holds_grants(self))
+        return aenter_shared_or_window(self, now);
+    if ((self->resuming && self->core.fair) || !tb_take(&self->core, 1.0, now))
+        return aenter_wait(self);
+    return Py_NewRef(self->state->ready);
 }
 
 // A window's held token leaves it a period from now (out of line: bucket_aexit keeps no frame for it).
@@ -189,12 +205,12 @@ COLD static PyObject *window_exit(BucketObject *self)
 }
 
 // __aexit__(*exc_info): a window's held token leaves it a period from now; else nothing to give
-// back, as tokens pace starts, not durations.
+// back, as tokens pace starts, not durations. An unconfigured bucket's core is all zeros: no window.
 static PyObject *bucket_aexit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     BucketObject *self = (BucketObject *)op;
     (void)args, (void)nargs;
-    if (self->configured && holds_grants(self))
+    if (holds_grants(self))
         return window_exit(self);
     return Py_NewRef(self->state->ready);
 }

@@ -51,20 +51,33 @@ static PyObject *bound_new(PyTypeObject *bound_type, PyMethodDef *def, Py_ssize_
     return (PyObject *)self;
 }
 
-// tp_descr_get: the instance's bound method (made at its first lookup, then kept), as a new
-// reference; on the class, Bucket's method descriptor; TypeError for an instance of another class.
-static PyObject *bound_get(PyObject *op, PyObject *instance, PyObject *Py_UNUSED(type))
+// The slow cases of bound_get: the class's lookup, an instance of another class (TypeError) or of a subclass,
+// and an instance's first lookup. A new reference, or NULL.
+COLD static PyObject *bound_get_slow(BoundObject *self, PyObject *instance)
 {
-    BoundObject *self = (BoundObject *)op;
     if (instance == NULL)
         return Py_NewRef(self->unbound);
-    if (!Py_IS_TYPE(instance, self->owner) && !PyObject_TypeCheck(instance, self->owner))
+    if (!PyObject_TypeCheck(instance, self->owner))
         return PyErr_Format(PyExc_TypeError, "descriptor '%s' for '%s' objects doesn't apply to a '%s' object",
                             self->def->ml_name, self->owner->tp_name, Py_TYPE(instance)->tp_name);
     PyObject **kept = (PyObject **)((char *)instance + self->offset);
     if (*kept == NULL && (*kept = PyCFunction_New(self->def, instance)) == NULL)
         return NULL;
     return Py_NewRef(*kept);
+}
+
+// tp_descr_get: the instance's bound method (made at its first lookup, then kept), as a new
+// reference; on the class, Bucket's method descriptor; TypeError for an instance of another class.
+// The kept method of an instance of the owner itself is returned without a call: no frame to set up.
+static PyObject *bound_get(PyObject *op, PyObject *instance, PyObject *Py_UNUSED(type))
+{
+    BoundObject *self = (BoundObject *)op;
+    if (instance != NULL && Py_IS_TYPE(instance, self->owner)) {
+        PyObject *kept = *(PyObject **)((char *)instance + self->offset);
+        if (kept != NULL)
+            return Py_NewRef(kept);
+    }
+    return bound_get_slow(self, instance);
 }
 
 static int bound_traverse(PyObject *op, visitproc visit, void *arg)

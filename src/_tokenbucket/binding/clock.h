@@ -210,21 +210,32 @@ COLD static int prove_clock(tb_state *st, tb_proof *p, PyObject *loop)
 
 /* ---- what this thread has seen ---- */
 
-/* A shortcut to this OS thread's SeenObject, past the thread-state dict that owns it: valid for the
- * thread state, by address and id, and the interpreter it names. A SeenObject freed in its own
- * thread clears it (seen_dealloc); one freed elsewhere belongs to a thread state that is gone, whose
- * address, id and interpreter are never all reused. While no SeenObject at all was freed since it was
+/* A shortcut to a thread's SeenObject, past the thread-state dict that owns it (tb_seen_shortcut): valid for
+ * the thread state, by address and id, and the interpreter it names. A SeenObject freed clears the shortcut
+ * to it (seen_dealloc); one freed in another thread than its own belongs to a thread state that is gone,
+ * whose address, id and interpreter are never all reused. While no SeenObject at all was freed since it was
  * found, the address alone says it: a thread state's address is reused only once it is freed, and its
- * dict, which owns its SeenObject, with it. */
+ * dict, which owns its SeenObject, with it. With the GIL, one shortcut in module state serves the thread
+ * that read the clock last (another thread finds its own again through its dict): a thread-local one costs a
+ * __tls_get_addr call or two per reading in a shared library, 25 of 1,109 instructions per uncontended
+ * `async with` on 3.11. Without the GIL each thread keeps its own. */
 static _Atomic uint64_t seen_frees;  /* SeenObjects freed in the process so far */
 
-static _Thread_local struct {
-    PyThreadState *ts;
-    uint64_t ts_id;
-    int64_t interp_id;
-    uint64_t frees;    /* seen_frees when it was found */
-    SeenObject *seen;  /* borrowed */
-} this_thread;
+#ifdef Py_GIL_DISABLED
+static _Thread_local tb_seen_shortcut this_thread;
+
+// Where this thread finds its SeenObject quickly.
+static inline ALWAYS_INLINE tb_seen_shortcut *seen_shortcut(tb_state *st)
+{
+    (void)st;
+    return &this_thread;
+}
+#else
+static inline ALWAYS_INLINE tb_seen_shortcut *seen_shortcut(tb_state *st)
+{
+    return &st->seen_shortcut;
+}
+#endif
 
 static int seen_traverse(PyObject *op, visitproc visit, void *arg)
 {
@@ -252,10 +263,10 @@ static int seen_clear(PyObject *op)
 static void seen_dealloc(PyObject *op)
 {
     PyTypeObject *tp = Py_TYPE(op);
-    if (this_thread.seen == (SeenObject *)op)
-        this_thread.seen = NULL;
-#ifdef AIOTB_RECENT_PROOF
     tb_state *st = PyType_GetModuleState(tp);  /* the type keeps its module, hence this state, alive */
+    if (st != NULL && seen_shortcut(st)->seen == op)
+        seen_shortcut(st)->seen = NULL;
+#ifdef AIOTB_RECENT_PROOF
     if (st != NULL && st->recent == op)
         st->recent = NULL;
 #endif
@@ -281,28 +292,43 @@ static PyType_Spec seen_spec = {
     .slots = seen_slots,
 };
 
-// The thread state ts's SeenObject (borrowed from its state dict), or NULL, with no exception, if it has none yet.
-static inline ALWAYS_INLINE SeenObject *seen_find(tb_state *st, PyThreadState *ts)
+// seen_find past its shortcut: the shortcut checked by id and interpreter when SeenObjects were freed since it
+// was set, else found in ts's state dict. The SeenObject (borrowed), or NULL, with no exception, if ts has none yet.
+COLD static SeenObject *seen_find_again(tb_state *st, PyThreadState *ts, uint64_t frees)
 {
-    SeenObject *seen = this_thread.seen;
-    uint64_t frees = atomic_load_explicit(&seen_frees, memory_order_relaxed);
-    if (seen != NULL && this_thread.ts == ts &&
-        (this_thread.frees == frees || (this_thread.ts_id == PyThreadState_GetID(ts) &&
-                                        this_thread.interp_id == PyInterpreterState_GetID(PyThreadState_GetInterpreter(ts)))) &&
-        Py_IS_TYPE((PyObject *)seen, st->seen_type)) {
-        this_thread.frees = frees;
-        return seen;
+    tb_seen_shortcut *shortcut = seen_shortcut(st);
+    PyObject *seen = shortcut->seen;
+    if (seen != NULL && shortcut->ts == ts && shortcut->ts_id == PyThreadState_GetID(ts) &&
+        shortcut->interp_id == PyInterpreterState_GetID(PyThreadState_GetInterpreter(ts)) &&
+        Py_IS_TYPE(seen, st->seen_type)) {
+        shortcut->frees = frees;
+        return (SeenObject *)seen;
     }
     PyObject *dict = PyThreadState_GetDict();
     PyObject *found = dict ? PyDict_GetItemWithError(dict, st->str_seen) : NULL;  /* a str key: no error */
     if (found == NULL || !Py_IS_TYPE(found, st->seen_type))
         return NULL;
-    this_thread.ts = ts;
-    this_thread.frees = frees;
-    this_thread.ts_id = PyThreadState_GetID(ts);
-    this_thread.interp_id = PyInterpreterState_GetID(PyThreadState_GetInterpreter(ts));
-    this_thread.seen = (SeenObject *)found;
-    return this_thread.seen;
+    shortcut->ts = ts;
+    shortcut->frees = frees;
+    shortcut->ts_id = PyThreadState_GetID(ts);
+    shortcut->interp_id = PyInterpreterState_GetID(PyThreadState_GetInterpreter(ts));
+    shortcut->seen = found;
+    return (SeenObject *)found;
+}
+
+// The thread state ts's SeenObject (borrowed from its state dict), or NULL, with no exception, if it has none yet.
+static inline ALWAYS_INLINE SeenObject *seen_find(tb_state *st, PyThreadState *ts)
+{
+    tb_seen_shortcut *shortcut = seen_shortcut(st);
+    PyObject *seen = shortcut->seen;
+    uint64_t frees = atomic_load_explicit(&seen_frees, memory_order_relaxed);
+#ifdef Py_GIL_DISABLED  /* one shortcut for every instance of this module in the thread: is it this one's? */
+    if (seen != NULL && shortcut->ts == ts && shortcut->frees == frees && Py_IS_TYPE(seen, st->seen_type))
+#else  /* a shortcut of this module's state, set to a SeenObject of its type */
+    if (seen != NULL && shortcut->ts == ts && shortcut->frees == frees)
+#endif
+        return (SeenObject *)seen;
+    return seen_find_again(st, ts, frees);
 }
 
 // This thread's SeenObject (borrowed), made on first use; NULL with an exception.
@@ -472,23 +498,20 @@ done:
     return rc;
 }
 
-// The running loop's time in ns, moving the core onto that clock if it changed. 0, or -1 with an
-// exception. Inlined: the fast path is a few loads while the thread's context version holds (3.11-3.13),
-// else one question to asyncio; and CLOCK_MONOTONIC.
-static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
+#ifdef AIOTB_TRUST_CONTEXT_VERSION
+// bucket_now once the thread's context version no longer vouches for the loop seen (this thread's SeenObject,
+// or NULL) found running: on 3.11 asyncio's holder may still name it, else asyncio is asked. Out of line, so
+// that bucket_now's inlined fast path keeps a small frame. 0, or -1 with an exception.
+NOINLINE static int bucket_now_asking(BucketObject *self, PyThreadState *ts, SeenObject *seen, tb_ns *now)
 {
     tb_state *st = self->state;
-#ifdef AIOTB_TRUST_CONTEXT_VERSION
-    PyThreadState *ts = PyThreadState_Get();
-    SeenObject *seen = seen_find(st, ts);
-    if (seen != NULL && seen->running && self->domain == NULL && (ts->context_ver == seen->context_ver
 #ifdef AIOTB_TRUST_LOOP_HOLDER
-                                                                   || same_running_loop(st, seen, ts)
-#endif
-                                                                   ) && proof_holds(&seen->proof, seen->proof.loop)) {
+    if (seen != NULL && seen->running && self->domain == NULL && same_running_loop(st, seen, ts) &&
+        proof_holds(&seen->proof, seen->proof.loop)) {
         *now = bucket_read(self, monotonic_ns());
         return 0;
     }
+#endif
     PyObject *loop = ask_running_loop(st);
     if (loop != NULL && seen != NULL && loop == seen->proof.loop && self->domain == NULL &&
         proof_holds(&seen->proof, loop)) {
@@ -498,6 +521,27 @@ static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
         *now = bucket_read(self, monotonic_ns());
         return 0;
     }
+    if (loop == NULL)
+        return -1;
+    return bucket_now_slow(self, loop, now);
+}
+#endif
+
+// The running loop's time in ns, moving the core onto that clock if it changed. 0, or -1 with an
+// exception. Inlined: the fast path is a few loads while the thread's context version holds (3.11-3.13),
+// else one question to asyncio; and CLOCK_MONOTONIC.
+static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
+{
+    tb_state *st = self->state;
+#ifdef AIOTB_TRUST_CONTEXT_VERSION
+    PyThreadState *ts = PyThreadState_Get();
+    SeenObject *seen = seen_find(st, ts);
+    if (seen != NULL && seen->running && self->domain == NULL && ts->context_ver == seen->context_ver &&
+        proof_holds(&seen->proof, seen->proof.loop)) {
+        *now = bucket_read(self, monotonic_ns());
+        return 0;
+    }
+    return bucket_now_asking(self, ts, seen, now);
 #else
     PyObject *loop = ask_running_loop(st);
 #ifdef AIOTB_RECENT_PROOF
@@ -510,10 +554,10 @@ static inline ALWAYS_INLINE int bucket_now(BucketObject *self, tb_ns *now)
         *now = bucket_read(self, monotonic_ns());
         return 0;
     }
-#endif
     if (loop == NULL)
         return -1;
     return bucket_now_slow(self, loop, now);
+#endif
 }
 
 // _running_loop() -> the running loop, or None: on 3.11-3.13 GIL builds the loop this thread's last reading found

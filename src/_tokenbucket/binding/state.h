@@ -50,10 +50,12 @@
 
 #if defined(__GNUC__)
 #define COLD __attribute__((noinline, cold))  /* keeps the fast path's frame small */
+#define NOINLINE __attribute__((noinline))     /* the same, for a path taken often enough not to be cold */
 #define ALWAYS_INLINE __attribute__((always_inline))
 #define FLATTEN __attribute__((flatten))  /* inlines the core's calls too (link-time optimization) */
 #else
 #define COLD
+#define NOINLINE
 #define ALWAYS_INLINE
 #define FLATTEN
 #endif
@@ -72,6 +74,15 @@ typedef struct {
     Py_ssize_t dict_size;
     uint64_t type_epoch;       /* the class's version when checked (see clock.h) */
 } tb_proof;
+
+/* A shortcut to one thread's SeenObject (below), past the thread-state dict that owns it (clock.h). */
+typedef struct {
+    PyThreadState *ts;  /* the thread state it was found for */
+    uint64_t ts_id;
+    int64_t interp_id;
+    uint64_t frees;     /* seen_frees (clock.h) when it was found */
+    PyObject *seen;     /* borrowed: the SeenObject, or NULL */
+} tb_seen_shortcut;
 
 typedef struct {
     PyTypeObject *bucket_type;
@@ -106,6 +117,9 @@ typedef struct {
     PyObject *segment_corrupt;   /* the exception SegmentCorrupt (segment.h), or NULL where there is no Segment */
     PyTypeObject *segment_type;  /* Segment (segment.h), or NULL where there is none */
     int type_watcher;            /* 3.12+: id of the watcher that counts class changes, or -1 */
+#ifndef Py_GIL_DISABLED
+    tb_seen_shortcut seen_shortcut; /* to the SeenObject of the thread that read the clock last (clock.h) */
+#endif
 #ifdef AIOTB_RECENT_PROOF
     PyObject *recent;            /* borrowed: the SeenObject whose proof held at the latest reading, any thread's,
                                     or NULL; a SeenObject clears it when freed (clock.h) */
