@@ -217,8 +217,9 @@ COLD static int prove_clock(tb_state *st, tb_proof *p, PyObject *loop)
  * found, the address alone says it: a thread state's address is reused only once it is freed, and its
  * dict, which owns its SeenObject, with it. With the GIL, one shortcut in module state serves the thread
  * that read the clock last (another thread finds its own again through its dict): a thread-local one costs a
- * __tls_get_addr call or two per reading in a shared library, 25 of 1,109 instructions per uncontended
- * `async with` on 3.11. Without the GIL each thread keeps its own. */
+ * __tls_get_addr call or two per reading in a shared library, 1,046 instructions per uncontended `async with`
+ * against 1,030 on 3.11, 1,512 against 1,496 on 3.13 (callgrind, `benchmarks/per_with.py --count`,
+ * PYTHONHASHSEED=0). Without the GIL each thread keeps its own. */
 static _Atomic uint64_t seen_frees;  /* SeenObjects freed in the process so far */
 
 #ifdef Py_GIL_DISABLED
