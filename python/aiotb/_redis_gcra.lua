@@ -112,20 +112,6 @@ local function stored(s, now, whole)  -- writes the state's instants (whole: all
     end
 end
 
-local function rate_set(s, i, t, b, now)  -- rate i to t ns per token and burst b, keeping the tokens held now (at
-    local r = s.r[i]                          -- most b; below 0 for tokens reserved ahead), stored
-    local held = r.b - math.max(0, r.f - now) / r.t
-    r.t, r.b, r.k = t, b, math.ceil(b * t)
-    r.f = now + math.ceil((b - math.min(held, b)) * t)
-    s.c = false  -- whether any rate now differs from the definition's
-    local j = 0
-    for dt, db in string.gmatch(definition, '([^,;]+),([^,;]+),[^,;]+') do
-        j = j + 1
-        s.c = s.c or tonumber(dt) ~= s.r[j].t or tonumber(db) ~= s.r[j].b
-    end
-    stored(s, now, true)
-end
-
 local function need(r, amount)  -- ns of a rate's tokens that amount takes
     return math.ceil(amount * r.t)
 end
@@ -150,6 +136,57 @@ local function most(s)  -- the largest amount one grant may take
     return m
 end
 
+local now_us = clock_us()
+local s, theirs = loaded(now_us)
+if not s then
+    return reply(EMISMATCH, theirs)
+end
+local now = since_epoch(s, now_us)
+
+if op == 'reserve' then  -- amount, most ns to wait (-1: any), a word for the window's script, then more amounts:
+    local amount, wait = amount_of(W[2]), integer_of(W[3], -1, 2 ^ 53)  -- 0, delay, at, the record (epoch, each
+    local largest = most(s)  -- rate's F before and after), and the same F for each more amount granted
+    if amount > largest then
+        return reply(EINVAL)
+    end
+    local at = fit_at(s, amount, now)
+    if (wait >= 0 and at - now > wait) or at - now > HORIZON then
+        return reply(ETOOLATE, at - now)
+    end
+    local record, j = {}, 4
+    while amount do  -- reserves amount at `at`, adding each rate's F before and after to the record; then, due
+        limit_taken(s, amount, at)  -- now, each more amount in turn, while it is due now too
+        for _, r in ipairs(s.r) do
+            record[#record + 1] = r.f
+            r.f = math.max(r.f, at) + need(r, amount)
+            record[#record + 1] = r.f
+        end
+        j = j + 1
+        amount = at == now and W[j] and amount_of(W[j])
+        if amount and (amount > largest or fit_at(s, amount, now) > now) then
+            amount = nil
+        end
+    end
+    stored(s, now)  -- the reply as reply() words it, in one format (the hottest path: every acquire takes it)
+    return string.format('%d' .. string.rep(' ' .. INT, 3 + #record), OK, at - now, at, s.e, unpack(record))
+end
+
+-- The other operations, with the helpers only they use: a function is made on every run of the script, which
+-- reserve, the hottest, should not pay for.
+local function rate_set(s, i, t, b, now)  -- rate i to t ns per token and burst b, keeping the tokens held now (at
+    local r = s.r[i]                          -- most b; below 0 for tokens reserved ahead), stored
+    local held = r.b - math.max(0, r.f - now) / r.t
+    r.t, r.b, r.k = t, b, math.ceil(b * t)
+    r.f = now + math.ceil((b - math.min(held, b)) * t)
+    s.c = false  -- whether any rate now differs from the definition's
+    local j = 0
+    for dt, db in string.gmatch(definition, '([^,;]+),([^,;]+),[^,;]+') do
+        j = j + 1
+        s.c = s.c or tonumber(dt) ~= s.r[j].t or tonumber(db) ~= s.r[j].b
+    end
+    stored(s, now, true)
+end
+
 local function tokens(s, now)  -- tokens available at now: the fewest over the rates and a limit, 0 while paused
     if s.p and s.p > now then
         return 0
@@ -168,44 +205,7 @@ local function tokens(s, now)  -- tokens available at now: the fewest over the r
     return m
 end
 
-local now_us = clock_us()
-local s, theirs = loaded(now_us)
-if not s then
-    return reply(EMISMATCH, theirs)
-end
-local now = since_epoch(s, now_us)
-
-if op == 'reserve' then  -- amount, most ns to wait (-1: any), a word for the window's script, then more amounts:
-    local amount, wait = amount_of(W[2]), integer_of(W[3], -1, 2 ^ 53)  -- 0, delay, at, the record (epoch, each
-    if amount > most(s) then  -- rate's F before and after), and the same F for each more amount granted
-        return reply(EINVAL)
-    end
-    local at = fit_at(s, amount, now)
-    if (wait >= 0 and at - now > wait) or at - now > HORIZON then
-        return reply(ETOOLATE, at - now)
-    end
-    local record = {}
-    local function take(a)  -- reserves a at `at`, adding each rate's F before and after to the record
-        limit_taken(s, a, at)
-        for _, r in ipairs(s.r) do
-            record[#record + 1] = r.f
-            r.f = math.max(r.f, at) + need(r, a)
-            record[#record + 1] = r.f
-        end
-    end
-    take(amount)
-    if at == now then  -- due now: each more amount in turn, while it is due now too
-        for j = 5, #W do
-            local more = amount_of(W[j])
-            if more > most(s) or fit_at(s, more, now) > now then
-                break
-            end
-            take(more)
-        end
-    end
-    stored(s, now)  -- the reply as reply() words it, in one format (the hottest path: every acquire takes it)
-    return string.format('%d' .. string.rep(' ' .. INT, 3 + #record), OK, at - now, at, s.e, unpack(record))
-elseif op == 'cancel' then  -- a reservation's record: restores the rates nobody took from since (a record of
+if op == 'cancel' then  -- a reservation's record: restores the rates nobody took from since (a record of
     local restored, record = 0, {unpack(W, 2)}  -- the right shape is trusted: see docs/security.md)
     if #record ~= 1 + 2 * #s.r then
         refuse('a cancel record is the epoch and each rate\'s F before and after', #record)
