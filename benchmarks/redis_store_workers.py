@@ -266,7 +266,7 @@ def contenders(url: str, port: int, opened: list[Any], one_connection: bool = Fa
             async def recorded(*command: Any, **options: Any) -> Any:
                 reply = await execute(*command, **options)
                 if command[0] == "EVALSHA":
-                    numkeys = command[2]
+                    numkeys = int(command[2])
                     exchange.append((command[3 + numkeys:], reply))
                 return reply
 

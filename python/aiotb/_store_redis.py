@@ -133,7 +133,8 @@ class RedisStore:
     parts of every rate and burst for ``lease`` seconds at a time, renews them before then, and
     grants from them with no round trip (see ``RedisLeaseLimiter``)."""
 
-    __slots__ = ("_redis", "_key", "_on_error", "_scripts", "_client_clock", "_url", "_lease", "_units", "_timeout")
+    __slots__ = ("_redis", "_key", "_on_error", "_scripts", "_client_clock", "_url", "_lease", "_units", "_timeout",
+                 "_heads")
 
     def __init__(self, redis: Redis | RedisCluster | str, key: str, *, on_error: OnError | Fallback = "raise",
                  lease: float | None = None, units: int = 16, timeout: float = TIMEOUT) -> None:
@@ -162,6 +163,7 @@ class RedisStore:
         self._scripts: dict[str, Script] | None = None  # None: the scripts of that clock (tests give others)
         self._lease = None if lease is None else float(lease)
         self._units = units
+        self._heads: dict[str, tuple[dict[str, Script], Script, tuple[str | bytes, ...]]] = {}  # by definition
 
     @property
     def redis(self) -> Redis | RedisCluster:
@@ -233,7 +235,7 @@ class RedisStore:
         child = object.__new__(RedisStore)
         child._redis, child._url, child._on_error = self._redis, self._url, self._on_error
         child._scripts, child._client_clock, child._timeout = self._scripts, self._client_clock, self._timeout
-        child._lease, child._units = None, self._units
+        child._lease, child._units, child._heads = None, self._units, {}
         child._key = f"{self._key}:{key}"
         return child
 
@@ -256,10 +258,16 @@ class RedisStore:
         before the store's timeout (StoreUnavailable): a reply that comes later is never read (redis-py
         drops the connection it was on), so what its script took stays taken."""
         bound = self._timeout if within is None else min(max(0.0, within), self._timeout)
+        script, head = self._head(definition)
+        command = (*head, operation, str(time.time_ns() // 1000)) if self._client_clock else (*head, operation)
         deadline = Deadline(bound)
         try:
             with deadline:
-                reply = await self._call(definition, operation)
+                try:
+                    reply = await self._redis.execute_command(*command)
+                except _NO_SCRIPT:  # the server never saw it, or forgot it (restarted, failed over, flushed)
+                    await self._redis.script_load(script.text)
+                    reply = await self._redis.execute_command(*command)
         except TimeoutError as error:
             if not deadline.expired:
                 raise self._unavailable(error) from error  # an OSError of the socket (ETIMEDOUT)
@@ -298,27 +306,23 @@ class RedisStore:
                              f"give it the same limits (or delete the key first)")
         return words
 
-    async def _call(self, definition: str, operation: str | bytes) -> object:
-        """The script's reply to operation on the limits of definition, loading the script first where the
-        server does not hold it (never saw it, or forgot it: restarted, failed over, flushed)."""
-        key = self.redis_key
-        keys: tuple[int | str, ...]
-        if definition.startswith("window"):
-            name, keys = "window", (2, key, key + ":log")
-        elif definition.startswith("lease"):
-            name, keys = "lease", (1, key)
-        else:
-            name, keys = "gcra", (1, key)
+    def _head(self, definition: str) -> tuple[Script, tuple[str | bytes, ...]]:
+        """The script of definition, and its EVALSHA up to the operation: the SHA1, the keys and the definition,
+        encoded once (redis-py encodes a str on every call). Made again where a test gave the store other scripts."""
         scripts = self._scripts or (_CLIENT_CLOCK_SCRIPTS if self._client_clock else _SCRIPTS)
+        made = self._heads.get(definition)
+        if made is not None and made[0] is scripts:
+            return made[1], made[2]
+        key = self.redis_key
+        keys: tuple[bytes | str, ...]
+        if definition.startswith("window"):
+            name, keys = "window", (b"2", key, key + ":log")
+        else:
+            name, keys = ("lease" if definition.startswith("lease") else "gcra"), (b"1", key)
         script = scripts[name]
-        args: tuple[str | bytes, ...] = (definition, operation)
-        if self._client_clock:
-            args += (str(time.time_ns() // 1000),)
-        try:
-            return await self._redis.execute_command("EVALSHA", script.sha, *keys, *args)
-        except _NO_SCRIPT:
-            await self._redis.script_load(script.text)
-            return await self._redis.execute_command("EVALSHA", script.sha, *keys, *args)
+        head = ("EVALSHA", script.sha.encode(), *keys, definition.encode())
+        self._heads[definition] = (scripts, script, head)
+        return script, head
 
     def _unavailable(self, error: BaseException) -> StoreUnavailable:
         """The error for a round trip the server did not answer."""
