@@ -40,7 +40,6 @@ from ._store_redis import MAX_REFILL_NS, RedisRates, RedisStore
 RUN_MOST = 64  # the most grants one round trip makes: the head's and those due with it
 RETRY_AFTER = 1.0  # s: with on_error "allow" or a fallback, how long Redis is left alone after it failed
 _FALLBACK = object()  # a grant's outcome: take from the fallback limiter
-_QUEUED = object()  # the lone caller was not granted at once: it waits in the queue, at its head
 
 
 class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
@@ -215,15 +214,37 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
 
     @on_its_loop
     async def _acquire(self, amount: float, timeout: float | None, hold: bool = False) -> bytes | None:
-        """Waits for amount, in the queue the dispatcher of the limiter's loop serves; the record of the grant
-        if Redis made it and it is held, else None. Ends by its deadline: TimeoutError."""
+        """Waits for amount; the record of the grant if Redis made it and it is held, else None. Ends by its
+        deadline: TimeoutError. The caller of a limiter nobody else waits on asks Redis in its own task (no round
+        trip task, no pass to wake it), granted if its tokens were free when the reply came; else that answer, in
+        _front, goes with it to the head of the queue the dispatcher of the limiter's loop serves, where the
+        waiters that came meanwhile wait behind it."""
         loop = self._check_loop()
         if not (self._queue or self._slot or self._asking or self._store_down()):
-            alone = await self._alone(loop, amount, timeout, hold)
-            if alone is not _QUEUED:
-                return alone if isinstance(alone, bytes) else None
-            assert self._front is not None
-            timeout = None if timeout is None else max(0.0, timeout - (self._front[2] - self._front[1]))
+            self._asking, self._lone = True, 1
+            sent, wait = loop.time(), -1 if timeout is None else max(0, round(timeout * 1e9))
+            try:
+                reserved = await self._store_rates.reserve(amount, wait, hold, timeout)
+            except BaseException as error:
+                self._lone = 0
+                self._asked()
+                if isinstance(error, StoreUnavailable) and self._store.on_error != "raise":
+                    await self._without_store(amount, blocking=True, error=error)
+                    return None
+                self._counts[6 if isinstance(error, TimeoutError) else 5] += 1
+                raise
+            received = loop.time()
+            self._lone = 0
+            if isinstance(reserved, Reserved) and reserved.delay <= 0 and received - sent <= self._stale_after:
+                self._count_grant(amount, received - sent, reserved)
+                self._asked()
+                return reserved.record if hold else None
+            if reserved is None:
+                self._asked()
+                self._counts[6] += 1
+                raise TimeoutError(f"{amount!r} tokens cannot be granted within {timeout!r} s")
+            self._front = (reserved, sent, received)
+            timeout = None if timeout is None else max(0.0, timeout - (received - sent))
         dispatcher = self._owners.dispatcher(loop)
         task = asyncio.current_task()
         self._holding = hold  # read by _enqueue, which the wait below runs before it first suspends
@@ -241,39 +262,6 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         if outcome is _FALLBACK and fallback is not None:
             await fallback.acquire(amount)
         return outcome if hold and isinstance(outcome, bytes) else None
-
-    async def _alone(self, loop: asyncio.AbstractEventLoop, amount: float, timeout: float | None,
-                     hold: bool) -> object:
-        """The caller of a limiter nobody else waits on asks Redis in its own task: no round trip task, no pass to
-        wake it. Granted now: the record (held) or None. Else _QUEUED, the answer kept in _front for the queue
-        to take at its head; the waiters that came meanwhile queue behind it."""
-        self._asking = True
-        self._lone = 1
-        sent = loop.time()
-        wait = -1 if timeout is None else max(0, round(timeout * 1e9))
-        try:
-            reserved = await self._store_rates.reserve(amount, wait, hold, timeout)
-        except BaseException as error:
-            self._lone = 0
-            self._asked()
-            if isinstance(error, StoreUnavailable) and self._store.on_error != "raise":
-                await self._without_store(amount, blocking=True, error=error)
-                return None
-            self._counts[6 if isinstance(error, TimeoutError) else 5] += 1
-            raise
-        received = loop.time()
-        self._lone = 0
-        if (isinstance(reserved, Reserved) and reserved.delay <= 0
-                and received - sent <= self._stale_after):
-            self._count_grant(amount, received - sent, reserved)
-            self._asked()
-            return reserved.record if hold else None
-        if reserved is None:
-            self._asked()
-            self._counts[6] += 1
-            raise TimeoutError(f"{amount!r} tokens cannot be granted within {timeout!r} s")
-        self._front = (reserved, sent, received)
-        return _QUEUED
 
     @property
     def waiting(self) -> int:
@@ -449,16 +437,12 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
     def _retaken(self, ident: int, fresh: Reserved | int | None | Exception, now: float) -> None:
         if isinstance(fresh, Exception):
             self._settle_without_store(ident, fresh)
-        elif isinstance(fresh, Reserved):
-            self._install(self._slot_now(ident, fresh, now))
+        elif isinstance(fresh, Reserved):  # a slot granted now, which takes its waiter's amount and hold
+            waiter = self._queue.get(ident)
+            amount, hold = (0.0, False) if waiter is None else (waiter.amount, waiter.hold)
+            self._install(Slot(ident, now, now, fresh, amount, hold))
         elif ident in self._queue:
             self._restarted = ident  # no room now: it reserves again, behind the others
-
-    def _slot_now(self, ident: int, reserved: Reserved, now: float) -> Slot:
-        """A slot granted now, for waiter ident, whose amount and hold it takes."""
-        waiter = self._queue.get(ident)
-        amount, hold = (0.0, False) if waiter is None else (waiter.amount, waiter.hold)
-        return Slot(ident, now, now, reserved, amount, hold)
 
     async def _cancel(self, record: bytes) -> None:
         """Cancels a reservation in Redis, by the script's rule."""
