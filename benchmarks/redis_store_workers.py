@@ -595,17 +595,17 @@ class LoggedLease(RedisLease):
 
     __slots__ = ()
 
-    async def lease_units(self, holder: str, have: int, want: int, give_back: float) -> Lease:
+    async def lease_units(self, holder: str, have: int, want: int, give_back: float, owed: float) -> Lease:
         sent = time.monotonic_ns()
-        lease = await super().lease_units(holder, have, want, give_back)
+        lease = await super().lease_units(holder, have, want, give_back, owed)
         log = cast("LoggedLeaseStore", self.store)
         log.leases.append((sent, time.monotonic_ns(), have, want, lease.units, lease.share, int(lease.fresh)))
         return lease
 
-    async def release_units(self, holder: str, give_back: float) -> None:
+    async def release_units(self, holder: str, give_back: float, owed: float) -> None:
         log = cast("LoggedLeaseStore", self.store)
         log.releases += 1
-        await super().release_units(holder, give_back)
+        await super().release_units(holder, give_back, owed)
 
 
 def take_leased(spec: dict[str, Any], conn: Any) -> dict[str, Any]:
