@@ -30,7 +30,8 @@ tb_bucket *shim_new(void) { return calloc(1, sizeof(tb_bucket)); }
 void shim_free(tb_bucket *b) { tb_release(b); free(b); }
 int64_t shim_state(const tb_bucket *b, uint32_t i) { return b->limits.state[i]; }
 void shim_queue(const tb_bucket *b, uint64_t *waiting, double *sum, double *error, double *max_amount,
-                int64_t *paused_until, int64_t *limited_until, double *limited_left)
+                int64_t *paused_until, int64_t *limited_until, double *limited_left, int64_t *grants_until,
+                double *max_request)
 {
     *waiting = b->waiting;
     *sum = b->queued_tokens;
@@ -39,6 +40,8 @@ void shim_queue(const tb_bucket *b, uint64_t *waiting, double *sum, double *erro
     *paused_until = b->limits.paused_until;
     *limited_until = b->limits.limited_until;
     *limited_left = b->limits.limited_left;
+    *grants_until = b->limits.grants_until;
+    *max_request = b->limits.max_request;
 }
 void shim_window(const tb_bucket *b, int64_t *ats, double *amounts, uint32_t most, uint32_t *count, double *held,
                  uint64_t *holds)
@@ -84,7 +87,8 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
         "shim_new": (vp, []), "shim_free": (None, [vp]),
         "shim_state": (ns_t, [vp, u32]),
         "shim_queue": (None, [vp, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(dbl), ctypes.POINTER(dbl),
-                              ctypes.POINTER(dbl), ctypes.POINTER(ns_t)]),
+                              ctypes.POINTER(dbl), ctypes.POINTER(ns_t), ctypes.POINTER(ns_t), ctypes.POINTER(dbl),
+                              ctypes.POINTER(ns_t), ctypes.POINTER(dbl)]),
         "shim_window": (None, [vp, ctypes.POINTER(ns_t), ctypes.POINTER(dbl), u32, ctypes.POINTER(u32),
                                 ctypes.POINTER(dbl), ctypes.POINTER(ctypes.c_uint64)]),
         "shim_stats": (None, [vp, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(dbl), ctypes.POINTER(ns_t)]),
@@ -104,6 +108,8 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
         "tb_set_rate": (ctypes.c_int, [vp, u32, dbl, dbl, ns_t]), "tb_set_window": (ctypes.c_int, [vp, ns_t, dbl]),
         "tb_pause_until": (None, [vp, ns_t]), "tb_limit_until": (ctypes.c_bool, [vp, dbl, ns_t, ns_t, ns_t]),
         "tb_rebase": (None, [vp, ns_t, ns_t]),
+        "tb_grant_until": (None, [vp, ns_t]), "tb_set_largest": (ctypes.c_int, [vp, dbl]),
+        "tb_credit": (ctypes.c_int, [vp, dbl, ns_t]),
         "tb_as_good_as_new": (ctypes.c_bool, [vp, ns_t]), "tb_check": (ctypes.c_int, [vp]),
     }
     for name, (restype, argtypes) in signatures.items():
@@ -132,18 +138,19 @@ class Pair:
         lib, c = self.lib, self.c
         rates = [lib.shim_state(c, i) for i in range(self.nrates)]
         waiting, total, error, most, paused = ctypes.c_uint64(), dbl(), dbl(), dbl(), ns_t()
-        limited_until, limited_left = ns_t(), dbl()
+        limited_until, limited_left, grants_until, max_request = ns_t(), dbl(), ns_t(), dbl()
         lib.shim_queue(c, ctypes.byref(waiting), ctypes.byref(total), ctypes.byref(error), ctypes.byref(most),
-                       ctypes.byref(paused), ctypes.byref(limited_until), ctypes.byref(limited_left))
+                       ctypes.byref(paused), ctypes.byref(limited_until), ctypes.byref(limited_left),
+                       ctypes.byref(grants_until), ctypes.byref(max_request))
         counts, sums, wait_max = (ctypes.c_uint64 * 4)(), (dbl * 2)(), ns_t()
         lib.shim_stats(c, counts, sums, ctypes.byref(wait_max))
         in_c = (rates, waiting.value, total.value, error.value, most.value, paused.value, limited_until.value,
-                limited_left.value, list(counts),
+                limited_left.value, grants_until.value, max_request.value, list(counts),
                 list(sums), wait_max.value, lib.tb_check(c))
         py, s = self.py, self.py.stats
         in_py = (list(py.limits.state), py.waiting, py.queued_tokens,
                  py.queued_error, py.limits.max_amount, py.limits.paused_until, py.limits.limited_until,
-                 py.limits.limited_left,
+                 py.limits.limited_left, py.limits.grants_until, py.limits.max_request,
                  [s.granted, s.waits, s.cancelled, s.timeouts], [s.granted_tokens, s.wait_ns_total],
                  s.wait_ns_max, py.check())
         most, count, held, holds = 4096, u32(), dbl(), ctypes.c_uint64()
@@ -170,7 +177,8 @@ configs = st.one_of(
 operations = st.lists(st.tuples(
     st.sampled_from(["step", "take", "can_take", "tokens", "enqueue", "enqueue_deadline", "withdraw",
                      "withdraw_head", "withdraw_first_of", "first_due_of", "grant_due", "projected_grant", "withdraw_stranded", "refund", "settle", "reckon_late", "hold", "end_hold", "set_rate",
-                     "set_window", "pause_until", "limit_until", "rebase", "late_credit", "as_good_as_new", "crowd"]),
+                     "set_window", "pause_until", "limit_until", "rebase", "late_credit", "as_good_as_new", "crowd",
+                     "grant_until", "set_largest", "credit"]),
     st.integers(0, 2**16)), max_size=60)
 
 
@@ -327,6 +335,14 @@ def replay(pair: Pair, ops: list[tuple[str, int]], now: int, order: int) -> None
         elif op == "as_good_as_new":
             c, py = pair.call(op, now)
             assert c == py, op
+        elif op == "grant_until":  # a lease renewed, lapsed (an instant past), or ended for good (NEVER)
+            pair.call("grant_until", NEVER if x % 5 == 0 else now + (x % 3 - 1) * STEPS[x % len(STEPS)])
+        elif op == "set_largest":  # 0: the bursts alone; above them: waits for a burst; out of range: EINVAL
+            c, py = pair.call("set_largest", [0.0, 2.0, 5.0, 12.0, -1.0, float("nan")][x % 6])
+            assert c == py, op
+        elif op == "credit":  # a refund, a debt, beyond range, not finite
+            c, py = pair.call("credit", [amount, -amount, -amount * 7, 1e300, -1e300, float("inf")][x % 6], now)
+            assert c == py, op
         in_c, in_py = pair.state()
         assert in_c == in_py, op
         assert in_c[-1] == 0, "tb_check() failed"
@@ -368,6 +384,30 @@ def test_the_twin_settles_as_the_c_core_does(core, seed):
                 assert pair.call("add_rate", 1e9 / 7, 4.0, 2.0) == (OK, OK)
             pair.nrates = kind + 1
         ops = [(rng.choice(SETTLING), rng.randrange(2**16)) for _ in range(200)]
+        replay(pair, ops, [0, 77_968_000_000_000, -5_000_000_000][seed % 3], FIFO)
+    finally:
+        pair.close()
+
+
+LEASING = ["take", "step", "step", "enqueue", "enqueue_deadline", "crowd", "grant_due", "projected_grant",
+           "withdraw_stranded", "tokens", "set_rate", "grant_until", "set_largest", "set_largest", "credit", "credit",
+           "as_good_as_new", "rebase"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_twin_keeps_a_lease_as_the_c_core_does(core, seed):
+    """An end of grants moved about, a largest amount above the bursts, credits and debts, among waiters (long
+    queues too) on one rate or two: the same answers and the same state after each."""
+    import random
+
+    rng = random.Random(seed)
+    pair = Pair(core)
+    try:
+        assert pair.call("init", 1e6, 1.0, 1.0, True, FIFO) == (OK, OK)
+        if seed % 2:
+            assert pair.call("add_rate", 1e9 / 7, 4.0, 2.0) == (OK, OK)
+        pair.nrates = 1 + seed % 2
+        ops = [(rng.choice(LEASING), rng.randrange(2**16)) for _ in range(200)]
         replay(pair, ops, [0, 77_968_000_000_000, -5_000_000_000][seed % 3], FIFO)
     finally:
         pair.close()

@@ -248,10 +248,9 @@ class Bucket:
         raise RuntimeError(f"{type(self).__name__}.__init__() was not called: the limiter has no rate yet")
 
     def _amount(self, value: object) -> float:
-        """A valid amount for this bucket: > 0 and at most its largest grant."""
+        """A valid amount for this bucket: > 0 and at most its largest request (Limits.max_request)."""
         x = value if type(value) is float else _real_number("amount", value)
-        most = self._core.limits.max_amount
-        if x > most:
+        if x > self._core.limits.max_request:
             if not self._configured:
                 self._not_configured()
             error = self._over_capacity(value)
@@ -260,7 +259,7 @@ class Bucket:
             raise error
         if not x > 0:
             raise ValueError(f"amount must be finite and > 0, got {value!r}")
-        if x < math.ldexp(most, -50):
+        if x < math.ldexp(self._core.limits.max_amount, -50):
             raise ValueError(f"amount must be at least burst / 2**50 to be counted exactly, got {value!r}")
         return x
 
@@ -274,8 +273,8 @@ class Bucket:
         return x if x < _MAX_SECONDS else None
 
     def _default_amount(self) -> float:
-        """The amount of a call that names none: 1, unless that is above the largest grant."""
-        if self._core.limits.max_amount < 1.0:
+        """The amount of a call that names none: 1, unless that is above the largest request."""
+        if self._core.limits.max_request < 1.0:
             self._amount(1)  # raises the limiter's own error
         return 1.0
 
@@ -540,6 +539,45 @@ class Bucket:
         if seconds <= -_MAX_SECONDS:
             return False  # ended long before any reading of the clock
         return self._core.limit_until(x, seconds_to_ns(seconds), seconds_to_ns(within), now)
+
+    @_locked
+    def _grant_until(self, when: float) -> None:
+        """No grant at or after the loop time when, in seconds (math.inf: no end; before any reading of the
+        clock: ended). TypeError or ValueError (NaN, too far ahead)."""
+        seconds = _real_number("when", when)
+        self._configured_now()
+        if math.isnan(seconds) or (seconds >= _MAX_SECONDS and seconds != math.inf):
+            raise ValueError(f"when must be a loop time within the engine's range or math.inf, got {when!r}")
+        until = -MAX_SPAN
+        if seconds == math.inf:
+            until = NEVER
+        elif seconds > -_MAX_SECONDS:
+            until = seconds_to_ns(seconds)
+        self._core.grant_until(until)
+
+    @_locked
+    def _set_largest(self, amount: float) -> None:
+        """Requests may ask for up to max(amount, the smallest burst); 0: the bursts alone. TypeError or
+        ValueError (not 0 nor finite and > 0)."""
+        x = _real_number("amount", amount)
+        if not self._configured:
+            self._not_configured()
+        if self._core.set_largest(x) != OK:
+            raise ValueError(f"amount must be 0 or finite and > 0, got {amount!r}")
+
+    @_locked
+    def _credit(self, tokens: float) -> None:
+        """Tokens given to every rate (> 0, never fuller than full) or taken as a debt (< 0), without a grant.
+        TypeError or ValueError, changing nothing (not finite, a window, a debt beyond the engine's range)."""
+        x = _real_number("tokens", tokens)
+        now = self._configured_now()
+        if not math.isfinite(x):
+            raise ValueError(f"tokens must be finite, got {tokens!r}")
+        if self._core.limits.window.period:
+            raise ValueError(f"tokens cannot be credited to a window, got {tokens!r}")
+        if self._core.credit(x, now) != OK:
+            raise ValueError(f"tokens is beyond the engine's range: {tokens!r} would leave a rate empty for more "
+                             f"than {MAX_SPAN // 10**9} s")
 
     def _obey(self, kind: int, slack: float, headers: object, in_flight: float) -> object:
         """The C engine reads the common forms of a server's rate-limit headers itself (quota.c, for the HTTP

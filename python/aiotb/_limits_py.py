@@ -160,7 +160,7 @@ def _debt_in_range(f: int, debt_ticks: int, now: int) -> bool:
 
 def _all_fit(l: Limits, amount: float, t: int) -> bool:
     """Whether amount can be granted at t by every limit."""
-    if t < l.paused_until or (t < l.limited_until and amount > l.limited_left):
+    if t >= l.grants_until or t < l.paused_until or (t < l.limited_until and amount > l.limited_left):
         return False
     for r, f in zip(l.rates, l.state):
         if not _fits(r, f, _ticks(amount * r.ns_per_token), t):
@@ -181,7 +181,9 @@ def _all_fit_at(l: Limits, amount: float, t: int) -> int:
         if ready > t:
             t = ready
     opens = l.window.fit_at(amount, t)
-    return opens if opens > t else t
+    if opens > t:
+        t = opens
+    return t if t < l.grants_until else NEVER
 
 
 def _take_all(l: Limits, amount: float, rates_at: int, now: int) -> None:
@@ -200,6 +202,29 @@ def _most_grantable(l: Limits) -> float:
         if r.burst < most:
             most = r.burst
     return most
+
+
+def _most_requested(l: Limits) -> float:
+    """The largest amount a request may ask for: the bursts' most, or the largest set apart from them."""
+    return l.largest if l.largest > l.max_amount else l.max_amount
+
+
+def _set_most(l: Limits) -> None:
+    """Sets max_amount and max_request from the limits as they are now."""
+    l.max_amount = _most_grantable(l)
+    l.max_request = _most_requested(l)
+
+
+def _change_rates(l: Limits, change: list[int], now: int) -> None:
+    """Moves each rate's F by change ticks at now: more is taken as debt, fitting or not; less is given back,
+    never fuller than full at now."""
+    for i, step in enumerate(change):
+        if step > 0:
+            l.state[i] = _consume(l.state[i], step, now)
+        else:
+            l.state[i] += step
+            if l.state[i] < _full_since(now):
+                l.state[i] = _full_since(now)
 
 
 def _rate_ok(ns_per_token: float, burst: float, initial: float) -> bool:
@@ -225,6 +250,7 @@ def _simulated_grant(l: Limits, ahead: Ahead, amount: float, now: int) -> int:
     copy.window = l.window.copy()
     copy.paused_until = l.paused_until
     copy.limited_until, copy.limited_left = l.limited_until, l.limited_left
+    copy.grants_until = l.grants_until
     copy.max_amount = l.max_amount
     t = now
     for following in ahead.amounts:
@@ -239,11 +265,11 @@ def _simulated_grant(l: Limits, ahead: Ahead, amount: float, now: int) -> int:
 
 
 class Limits:
-    """tb_limits: up to MAX_RATES rates, an optional strict sliding window and a pause, all of which
-    a grant must satisfy. Made empty; init() or init_window() sets it up."""
+    """tb_limits: up to MAX_RATES rates, an optional strict sliding window, a pause and an end of grants, all
+    of which a grant must satisfy. Made empty; init() or init_window() sets it up."""
 
-    __slots__ = ("rates", "state", "window", "paused_until", "limited_until", "limited_left", "max_amount", "anchored",
-                 "plain", "late_credit")
+    __slots__ = ("rates", "state", "window", "paused_until", "limited_until", "limited_left", "grants_until",
+                 "max_amount", "largest", "max_request", "anchored", "plain", "late_credit")
 
     def __init__(self) -> None:
         self.rates: list[Rate] = []  # every one must allow a grant (C: rates[] and nrates)
@@ -252,9 +278,12 @@ class Limits:
         self.paused_until = NO_PAUSE  # no grant before this instant
         self.limited_until = NO_PAUSE  # before this instant, grants take at most limited_left tokens in all
         self.limited_left = 0.0  # what they may still take (>= 0)
-        self.max_amount = 0.0  # the most any single grant may take
+        self.grants_until = NEVER  # no grant at or after this instant (NEVER: none ends them)
+        self.max_amount = 0.0  # the most any single grant may take: the smallest burst or window limit
+        self.largest = 0.0  # the most a request may ask for apart from the bursts (0: the bursts alone)
+        self.max_request = 0.0  # the most a request may ask for: max(largest, max_amount)
         self.anchored = False  # the first reading of the clock has set every F
-        self.plain = False  # one rate, no window, never paused or limited: take_now's short path applies
+        self.plain = False  # one rate, no window, never paused, limited or ended: take_now's short path applies
         self.late_credit = 0.0  # in time of one token of the fastest rate
 
     # ---- set-up ----
@@ -272,7 +301,7 @@ class Limits:
             return EINVAL
         Limits.__init__(self)
         self.window = Window(period, limit)
-        self.max_amount = limit
+        _set_most(self)
         _debug_check(self)
         return OK
 
@@ -282,9 +311,9 @@ class Limits:
             return EINVAL
         self.rates.append(Rate(ns_per_token, burst, initial))
         self.state.append(0)
-        self.max_amount = _most_grantable(self)
+        _set_most(self)
         self.plain = (len(self.rates) == 1 and self.window.period == 0 and self.paused_until == NO_PAUSE
-                      and self.limited_until == NO_PAUSE)
+                      and self.limited_until == NO_PAUSE and self.grants_until == NEVER)
         _debug_check(self)
         return OK
 
@@ -303,9 +332,10 @@ class Limits:
             self.state[i] = _holding(r, r.initial, now)
 
     def tokens(self, now: int) -> float:
-        """Tokens available at now (never negative, at most the smallest burst or window limit)."""
+        """Tokens available at now (never negative, at most the smallest burst or window limit; 0 at or after
+        the end of grants)."""
         self.anchor(now)
-        if now < self.paused_until:
+        if now < self.paused_until or now >= self.grants_until:
             return 0.0
         tokens = self.window.limit - self.window.used(now) if self.window.period else math.inf
         for r, f in zip(self.rates, self.state):
@@ -327,12 +357,13 @@ class Limits:
         return owed
 
     def fits(self, amount: float, now: int) -> bool:
-        """Whether every limit grants amount at now."""
+        """Whether every limit grants amount at now (never at or after the end of grants)."""
         self.anchor(now)
         return _all_fit(self, amount, now)
 
     def fit_at(self, amount: float, t: int) -> int:
-        """The first instant >= t at which every limit grants amount; NEVER only for amount > max_amount."""
+        """The first instant >= t at which every limit grants amount; NEVER for amount > max_amount or when that
+        instant is at or after the end of grants."""
         self.anchor(t)
         return _all_fit_at(self, amount, t)
 
@@ -393,13 +424,7 @@ class Limits:
             if step > 0 and not _debt_in_range(f, step, now):
                 return EINVAL
             change.append(step)
-        for i, step in enumerate(change):
-            if step > 0:
-                self.state[i] = _consume(self.state[i], step, now)
-            else:
-                self.state[i] += step
-                if self.state[i] < _full_since(now):
-                    self.state[i] = _full_since(now)
+        _change_rates(self, change, now)
         self.window.settle(taken, used, held, now)
         if used > taken and now < self.limited_until:
             self.limited_left = self.limited_left - (used - taken) if used - taken < self.limited_left else 0.0
@@ -437,11 +462,17 @@ class Limits:
     def projection(self, ahead: Ahead, amount: float, now: int) -> int:
         """The instant amount is granted behind the amounts ahead, granted in order as soon as each fits,
         if nothing else changes: exact, but with one rate and 64 or more amounts ahead a bound, never
-        early and at most a tick per amount ahead late; NEVER if that is at 2^58 ns or later."""
+        early and at most a tick per amount ahead late; NEVER if that is at 2^58 ns or later, at or after
+        the end of grants, or above max_amount."""
         self.anchor(now)
+        t = self._projected(ahead, amount, now)  # the grants ahead come before it: if it is in time, so are they
+        return t if t < self.grants_until else NEVER
+
+    def _projected(self, ahead: Ahead, amount: float, now: int) -> int:
+        """The projection's instant, as projection's but for the end of grants (C: static projected)."""
         if (len(self.rates) != 1 or self.window.period or self.paused_until > now or self.limited_until > now
-                or ahead.count < REPLAY_UP_TO):
-            return _simulated_grant(self, ahead, amount, now)
+                or self.max_request > self.max_amount or ahead.count < REPLAY_UP_TO):
+            return _simulated_grant(self, ahead, amount, now)  # amounts above the burst never fit: replayed
         # one rate, a long queue: amount is granted once it and all before it fit in a bucket full at F;
         # each grant ahead rounds its need up by less than a tick: count ticks more, never early
         rate = self.rates[0]
@@ -460,7 +491,11 @@ class Limits:
 
     def full(self, now: int) -> bool:
         """Whether the limits are as good as new at now: every rate full, no grant inside the window
-        ending at now, no pause or limit running after now (true before the first reading)."""
+        ending at now, no pause or limit running after now (true before the first reading), and no end of
+        grants set: an end, ahead or passed, is state a new limiter lacks (False while one is set, even
+        before the first reading, as for a running pause)."""
+        if self.grants_until != NEVER:
+            return False
         if not self.anchored:
             return True
         if self.paused_until > now or self.limited_until > now or self.window.holds > 0 or (
@@ -483,7 +518,7 @@ class Limits:
         tokens = _rate_balance(self.rates[index], self.state[index], now)  # a settled debt is kept, in the new
         self.rates[index] = Rate(ns_per_token, burst)                      # rate's time
         self.state[index] = _holding(self.rates[index], tokens, now)
-        self.max_amount = _most_grantable(self)
+        _set_most(self)
         _debug_check(self)
         return OK
 
@@ -494,7 +529,7 @@ class Limits:
             return EINVAL
         self.window.period = period
         self.window.limit = limit
-        self.max_amount = _most_grantable(self)
+        _set_most(self)
         _debug_check(self)
         return OK
 
@@ -529,6 +564,43 @@ class Limits:
         _debug_check(self)
         return True
 
+    def grant_until(self, until: int) -> None:
+        """No grant at or after until (NEVER: no end, the default), earlier or later than before; once any end
+        is set, the limits are never plain again."""
+        self.grants_until = until
+        if until != NEVER:
+            self.plain = False
+
+    def set_largest(self, amount: float) -> int:
+        """Requests may ask for up to max(amount, the smallest burst or window limit): one above the bursts waits
+        until a rate's burst grows to it; amount 0 leaves the bursts alone. OK, or EINVAL (changing nothing)
+        unless amount is 0 or finite and > 0."""
+        if amount != 0 and not _positive(amount):
+            return EINVAL
+        self.largest = amount
+        self.max_request = _most_requested(self)
+        _debug_check(self)
+        return OK
+
+    def credit(self, tokens: float, now: int) -> int:
+        """Credits tokens to every rate without a grant: above 0 given back as a refund is (never fuller than
+        full at now); below 0 taken at now as a debt, fitting or not. The window, a running limit and the end
+        of grants are untouched. OK, or EINVAL changing nothing for a NaN or infinite amount, for limits with
+        a window, or for a debt that would leave a rate full again more than MAX_SPAN after now."""
+        if not math.isfinite(tokens) or self.window.period:
+            return EINVAL
+        self.anchor(now)
+        change = []
+        for r, f in zip(self.rates, self.state):
+            ns = abs(tokens) * r.ns_per_token  # a debt rounded up, a refund down: more than a span fills any rate
+            step = _ticks(ns) if tokens < 0 else -_ticks_down(min(ns, 1.5 * MAX_SPAN))
+            if step > 0 and not _debt_in_range(f, step, now):
+                return EINVAL
+            change.append(step)
+        _change_rates(self, change, now)
+        _debug_check(self)
+        return OK
+
     def rebase(self, then: int, now: int) -> None:
         """Moves the limits onto another clock, on which the old clock's then reads now."""
         if not self.anchored:
@@ -543,6 +615,8 @@ class Limits:
             self.paused_until += shift
         if self.limited_until != NO_PAUSE:
             self.limited_until += shift
+        if self.grants_until != NEVER:
+            self.grants_until += shift
         _debug_check(self)
 
     def check(self) -> int:
@@ -554,6 +628,7 @@ class Limits:
             if (not _positive(r.ns_per_token) or not _positive(r.burst) or r.burst_ns != r.burst * r.ns_per_token
                     or r.burst_ticks != _ticks(r.burst_ns) or r.token_ticks != _ticks(r.ns_per_token)):
                 return 1
-        if self.max_amount != _most_grantable(self) or not self.limited_left >= 0:
+        if (self.max_amount != _most_grantable(self) or not self.largest >= 0
+                or self.max_request != _most_requested(self) or not self.limited_left >= 0):
             return 1
         return 0 if self.window.ok() else 10

@@ -260,9 +260,9 @@ class Bucket:
 
     def enqueue(self, amount: float, now: int, deadline: int, handle: object, owner: object = None) -> tuple[int, int]:
         """Queues a waiter of owner: (OK, id); (ETOOLATE, 0) if its grant cannot come by deadline (nothing queued,
-        a timeout counted); (EINVAL, 0) for an amount outside (0, max_amount] or a deadline in
+        a timeout counted); (EINVAL, 0) for an amount outside (0, max_request] or a deadline in
         smallest-first order."""
-        if not (amount > 0 and math.isfinite(amount)) or amount > self.limits.max_amount:
+        if not (amount > 0 and math.isfinite(amount)) or amount > self.limits.max_request:
             return EINVAL, 0  # it could never be granted: it would block the queue for good
         self.limits.anchor(now)
         if deadline != NEVER:
@@ -366,13 +366,13 @@ class Bucket:
 
     def withdraw_stranded(self, now: int) -> tuple[object, bool] | None:
         """Removes one queued waiter that can no longer be granted as promised, counting it cancelled:
-        (its handle, True) if its amount is above the capacity, (its handle, False) if its projected
+        (its handle, True) if its amount is above the largest request, (its handle, False) if its projected
         grant misses its deadline; None if there is none."""
         self.limits.anchor(now)
         slot = self.head
         while slot != NIL:
             w = self._waiter(slot)
-            if w.amount > self.limits.max_amount:
+            if w.amount > self.limits.max_request:
                 return self._cancel_waiter(slot), True
             slot = w.next
         if self.with_deadline == 0:
@@ -447,6 +447,24 @@ class Bucket:
         """Grants before until take at most tokens in all, as Limits.limit_until (and what it returns).
         Queued waiters keep their place."""
         return self.limits.limit_until(tokens, until, slack, now)
+
+    def grant_until(self, until: int) -> None:
+        """No grant at or after until (Limits.grant_until). Queued waiters keep their place; the caller times
+        them again, as after a pause."""
+        self.limits.grant_until(until)
+
+    def set_largest(self, amount: float) -> int:
+        """Requests may ask for up to max(amount, the smallest burst) (Limits.set_largest); OK or EINVAL."""
+        status = self.limits.set_largest(amount)
+        _debug_check(self)
+        return status
+
+    def credit(self, tokens: float, now: int) -> int:
+        """Credits tokens to every rate without a grant (Limits.credit), counting nothing in the statistics;
+        OK, or EINVAL changing nothing. Queued waiters keep their place."""
+        status = self.limits.credit(tokens, now)
+        _debug_check(self)
+        return status
 
     def rebase(self, then: int, now: int) -> None:
         """Moves the bucket onto another clock, on which the old clock's then reads now."""

@@ -17,6 +17,7 @@
 #include "binding/awaitables.h"
 #include "binding/waiters.h"
 #include "binding/follow.h"
+#include "binding/lease.h"
 #include "binding/timer.h"
 #ifdef AIOTB_BIND_ONCE
 #include "binding/bound.h"
@@ -466,6 +467,9 @@ static PyMethodDef bucket_methods[] = {
     {"_set_window", bucket_set_window, METH_VARARGS, NULL},
     {"_pause_until", bucket_pause_until, METH_O, NULL},
     {"_limit_until", bucket_limit_until, METH_VARARGS, NULL},
+    {"_grant_until", bucket_grant_until, METH_O, NULL},
+    {"_set_largest", bucket_set_largest, METH_O, NULL},
+    {"_credit", bucket_credit, METH_O, NULL},
     {"_obey", (PyCFunction)(void (*)(void))bucket_obey, METH_FASTCALL, NULL},
     {"_settle_cost", bucket_settle_cost, METH_VARARGS, NULL},
     {"_stats", bucket_stats, METH_NOARGS, NULL},

@@ -100,7 +100,7 @@ tb_gcra tb_rate_holding(const tb_rate *r, double tokens, tb_ns now)
 // Whether amount can be granted at t by every limit.
 static bool all_fit(const tb_limits *l, double amount, tb_ns t)
 {
-    if (t < l->paused_until || (t < l->limited_until && amount > l->limited_left))
+    if (t >= l->grants_until || t < l->paused_until || (t < l->limited_until && amount > l->limited_left))
         return false;
     for (uint32_t i = 0; i < l->nrates; i++)
         if (!fits(&l->rates[i], l->state[i], tb_ticks(amount * l->rates[i].ns_per_token), t))
@@ -123,7 +123,9 @@ static tb_ns all_fit_at(const tb_limits *l, double amount, tb_ns t)
             t = ready;
     }
     tb_ns open = tb_window_fit_at(&l->window, amount, t);
-    return open > t ? open : t;
+    if (open > t)
+        t = open;
+    return t < l->grants_until ? t : TB_NEVER;
 }
 
 // Grants amount: the rates as of rates_at (never after now), the window and a running limit at now.
@@ -146,6 +148,19 @@ static double most_grantable(const tb_limits *l)
     return most;
 }
 
+// The largest amount a request may ask for: the bursts' most, or the largest set apart from them.
+static double most_requested(const tb_limits *l)
+{
+    return l->largest > l->max_amount ? l->largest : l->max_amount;
+}
+
+// Sets max_amount and max_request from the limits as they are now.
+static void set_most(tb_limits *l)
+{
+    l->max_amount = most_grantable(l);
+    l->max_request = most_requested(l);
+}
+
 bool tb_rate_ok(double ns_per_token, double burst, double initial)
 {
     return positive(ns_per_token) && positive(burst) && initial >= 0 && initial <= burst &&
@@ -165,7 +180,7 @@ tb_status tb_limits_init(tb_limits *l, double ns_per_token, double burst, double
 {
     if (!tb_rate_ok(ns_per_token, burst, initial))
         return TB_EINVAL;
-    *l = (tb_limits){.paused_until = INT64_MIN, .limited_until = INT64_MIN};
+    *l = (tb_limits){.paused_until = INT64_MIN, .limited_until = INT64_MIN, .grants_until = TB_NEVER};
     return tb_limits_add_rate(l, ns_per_token, burst, initial);
 }
 
@@ -173,10 +188,10 @@ tb_status tb_limits_init_window(tb_limits *l, tb_ns period, double limit)
 {
     if (period <= 0 || period > TB_MAX_SPAN || !positive(limit))
         return TB_EINVAL;
-    *l = (tb_limits){.paused_until = INT64_MIN, .limited_until = INT64_MIN};
+    *l = (tb_limits){.paused_until = INT64_MIN, .limited_until = INT64_MIN, .grants_until = TB_NEVER};
     if (tb_window_init(&l->window, period, limit) != TB_OK)
         return TB_ENOMEM;
-    l->max_amount = limit;
+    set_most(l);
     debug_check(l);
     return TB_OK;
 }
@@ -186,9 +201,9 @@ tb_status tb_limits_add_rate(tb_limits *l, double ns_per_token, double burst, do
     if (l->nrates == TB_MAX_RATES || l->anchored || !tb_rate_ok(ns_per_token, burst, initial))
         return TB_EINVAL;
     l->rates[l->nrates++] = tb_rate_make(ns_per_token, burst, initial);
-    l->max_amount = most_grantable(l);
+    set_most(l);
     l->plain = l->nrates == 1 && l->window.period == 0 && l->paused_until == INT64_MIN &&
-               l->limited_until == INT64_MIN;
+               l->limited_until == INT64_MIN && l->grants_until == TB_NEVER;
     debug_check(l);
     return TB_OK;
 }
@@ -212,7 +227,7 @@ void tb_limits_anchor(tb_limits *l, tb_ns now)
 double tb_limits_tokens(tb_limits *l, tb_ns now)
 {
     tb_limits_anchor(l, now);
-    if (now < l->paused_until)
+    if (now < l->paused_until || now >= l->grants_until)
         return 0;
     double tokens = l->window.period ? l->window.limit - tb_window_used(&l->window, now) : INFINITY;
     for (uint32_t i = 0; i < l->nrates; i++) {
@@ -311,6 +326,21 @@ static bool debt_in_range(tb_gcra f, int64_t debt_ticks, tb_ns now)
     return debt_ticks <= tb_at_tick(TB_MAX_SPAN) - (owed > 0 ? owed : 0);
 }
 
+// Moves each rate's F by change ticks at now: more is taken as debt, fitting or not; less is given back,
+// never fuller than full at now.
+static void change_rates(tb_limits *l, const int64_t *change, tb_ns now)
+{
+    for (uint32_t i = 0; i < l->nrates; i++) {
+        if (change[i] > 0) {
+            l->state[i] = tb_gcra_take(l->state[i], change[i], now);
+        } else {
+            l->state[i] += change[i];
+            if (l->state[i] < tb_full_since(now))
+                l->state[i] = tb_full_since(now);
+        }
+    }
+}
+
 tb_status tb_limits_settle(tb_limits *l, double taken, double used, bool held, tb_ns now)
 {
     if (!(taken > 0 && taken <= l->max_amount) || !(used >= 0 && isfinite(used)) || (held && l->window.holds == 0))
@@ -324,15 +354,7 @@ tb_status tb_limits_settle(tb_limits *l, double taken, double used, bool held, t
         if (change[i] > 0 && !debt_in_range(l->state[i], change[i], now))
             return TB_EINVAL;
     }
-    for (uint32_t i = 0; i < l->nrates; i++) {
-        if (change[i] > 0) {
-            l->state[i] = tb_gcra_take(l->state[i], change[i], now);
-        } else {
-            l->state[i] += change[i];
-            if (l->state[i] < tb_full_since(now))
-                l->state[i] = tb_full_since(now);
-        }
-    }
+    change_rates(l, change, now);
     tb_window_settle(&l->window, taken, used, held, now);
     if (used > taken && now < l->limited_until)
         l->limited_left = used - taken < l->limited_left ? l->limited_left - (used - taken) : 0;
@@ -389,12 +411,12 @@ static tb_ns simulated_grant(const tb_limits *l, const tb_ahead *ahead, double a
     return t;
 }
 
-tb_ns tb_limits_projection(tb_limits *l, const tb_ahead *ahead, double amount, tb_ns now)
+// The projection's instant, as tb_limits_projection's but for the end of grants.
+static tb_ns projected(tb_limits *l, const tb_ahead *ahead, double amount, tb_ns now)
 {
-    tb_limits_anchor(l, now);
     if (l->nrates != 1 || l->window.period || l->paused_until > now || l->limited_until > now ||
-        ahead->count < REPLAY_UP_TO)
-        return simulated_grant(l, ahead, amount, now);
+        l->max_request > l->max_amount || ahead->count < REPLAY_UP_TO)
+        return simulated_grant(l, ahead, amount, now);  /* amounts above the burst never fit: replayed, not summed */
     /* One rate, a long queue: amount is granted once it and all before it fit in a bucket full
      * at F. Each grant ahead rounds its need up by less than a tick: count ticks more, never early. */
     const tb_rate *rate = &l->rates[0];
@@ -413,8 +435,17 @@ tb_ns tb_limits_projection(tb_limits *l, const tb_ahead *ahead, double amount, t
     return t > now ? t : now;
 }
 
+tb_ns tb_limits_projection(tb_limits *l, const tb_ahead *ahead, double amount, tb_ns now)
+{
+    tb_limits_anchor(l, now);
+    tb_ns t = projected(l, ahead, amount, now);  /* the grants ahead come before it: if it is in time, so are they */
+    return t < l->grants_until ? t : TB_NEVER;
+}
+
 bool tb_limits_full(const tb_limits *l, tb_ns now)
 {
+    if (l->grants_until != TB_NEVER)
+        return false;
     if (!l->anchored)
         return true;
     if (l->paused_until > now || l->limited_until > now || l->window.holds > 0 ||
@@ -442,7 +473,7 @@ tb_status tb_limits_set_rate(tb_limits *l, uint32_t index, double ns_per_token, 
     double tokens = tb_rate_balance(r, l->state[index], now);  /* a settled debt is kept, in the new rate's time */
     *r = tb_rate_make(ns_per_token, burst, 0);
     l->state[index] = tb_rate_holding(r, tokens, now);
-    l->max_amount = most_grantable(l);
+    set_most(l);
     debug_check(l);
     return TB_OK;
 }
@@ -453,7 +484,7 @@ tb_status tb_limits_set_window(tb_limits *l, tb_ns period, double limit)
         return TB_EINVAL;
     l->window.period = period;
     l->window.limit = limit;
-    l->max_amount = most_grantable(l);
+    set_most(l);
     debug_check(l);
     return TB_OK;
 }
@@ -490,6 +521,40 @@ bool tb_limits_limit_until(tb_limits *l, double tokens, tb_ns until, tb_ns slack
     return true;
 }
 
+void tb_limits_grant_until(tb_limits *l, tb_ns until)
+{
+    l->grants_until = until;
+    if (until != TB_NEVER)
+        l->plain = false;
+}
+
+tb_status tb_limits_set_largest(tb_limits *l, double amount)
+{
+    if (amount != 0 && !positive(amount))
+        return TB_EINVAL;
+    l->largest = amount;
+    l->max_request = most_requested(l);
+    debug_check(l);
+    return TB_OK;
+}
+
+tb_status tb_limits_credit(tb_limits *l, double tokens, tb_ns now)
+{
+    if (!isfinite(tokens) || l->window.period)
+        return TB_EINVAL;
+    tb_limits_anchor(l, now);
+    int64_t change[TB_MAX_RATES];
+    for (uint32_t i = 0; i < l->nrates; i++) {
+        double ns = fabs(tokens) * l->rates[i].ns_per_token;  /* a debt rounded up, a refund down, */
+        change[i] = tokens < 0 ? tb_ticks(ns) : -ticks_down(fmin(ns, 1.5 * (double)TB_MAX_SPAN));  /* more than a span fills any rate */
+        if (change[i] > 0 && !debt_in_range(l->state[i], change[i], now))
+            return TB_EINVAL;
+    }
+    change_rates(l, change, now);
+    debug_check(l);
+    return TB_OK;
+}
+
 void tb_limits_rebase(tb_limits *l, tb_ns then, tb_ns now)
 {
     if (!l->anchored)
@@ -505,6 +570,8 @@ void tb_limits_rebase(tb_limits *l, tb_ns then, tb_ns now)
         l->paused_until += shift;
     if (l->limited_until != INT64_MIN)
         l->limited_until += shift;
+    if (l->grants_until != TB_NEVER)
+        l->grants_until += shift;
     debug_check(l);
 }
 
@@ -518,7 +585,8 @@ int tb_limits_check(const tb_limits *l)
             r->burst_ticks != tb_ticks(r->burst_ns) || r->token_ticks != tb_ticks(r->ns_per_token))
             return 1;
     }
-    if (l->max_amount != most_grantable(l) || !(l->limited_left >= 0))
+    if (l->max_amount != most_grantable(l) || !(l->largest >= 0) || l->max_request != most_requested(l) ||
+        !(l->limited_left >= 0))
         return 1;
     return tb_window_ok(&l->window) ? 0 : 10;
 }

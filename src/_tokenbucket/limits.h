@@ -1,7 +1,7 @@
 /* The limits of aiotb's core: pure token arithmetic, with no queue and no clock.
  *
  * A grant must satisfy every limit at once: up to TB_MAX_RATES rates (GCRA: each keeps the instant
- * F at which it is full again), an optional strict sliding window, and a pause. Every operation
+ * F at which it is full again), an optional strict sliding window, a pause and an end of grants. Every operation
  * takes the caller's time, in nanoseconds on whatever monotonic clock the caller uses; the first
  * reading anchors the rates (each holds its initial tokens then). Token amounts are doubles.
  *
@@ -71,9 +71,13 @@ typedef struct {
     tb_ns paused_until;   /* no grant before this instant */
     tb_ns limited_until;  /* before this instant, grants take at most limited_left tokens in all */
     double limited_left;  /* what they may still take (>= 0) */
+    tb_ns grants_until;   /* no grant at or after this instant (TB_NEVER: none ends them) */
     double max_amount;    /* the most any single grant may take: the smallest burst or window limit */
+    double largest;       /* the most a request may ask for apart from the bursts (0: the bursts alone) */
+    double max_request;   /* the most a request may ask for: max(largest, max_amount); one above max_amount
+                           * waits until a rate's burst grows to it */
     bool anchored;        /* the first reading of the clock has set every F */
-    bool plain;           /* one rate, no window, never paused or limited: tb_limits_take_now's short path */
+    bool plain;           /* one rate, no window, never paused, limited or ended: tb_limits_take_now's short path */
     double late_credit;   /* how late a waiter's grant may be taken as of its ready instant, in time of
                            * one token of the fastest rate */
 } tb_limits;
@@ -129,14 +133,16 @@ void tb_limits_release(tb_limits *l);
 
 /* Takes now as the first reading of the clock, when there was none: each rate holds its initial tokens. */
 void tb_limits_anchor(tb_limits *l, tb_ns now);
-/* Tokens available at now (never negative, at most the smallest burst or window limit). */
+/* Tokens available at now (never negative, at most the smallest burst or window limit; 0 at or after the end
+ * of grants). */
 double tb_limits_tokens(tb_limits *l, tb_ns now);
 /* The most tokens a rate would still owe at t >= now (a settled debt not yet refilled; 0 when none would). */
 double tb_limits_owed(tb_limits *l, tb_ns now, tb_ns t);
-/* Whether every limit grants amount at now. */
+/* Whether every limit grants amount at now (never at or after the end of grants). */
 bool tb_limits_fits(tb_limits *l, double amount, tb_ns now);
 /* The first instant >= t at which every limit grants amount, should every hold end at t
- * (the earliest they can be); TB_NEVER only for amount > max_amount. */
+ * (the earliest they can be); TB_NEVER for amount > max_amount or when that instant is at or after the
+ * end of grants (nothing times such a grant: it waits for a change). */
 tb_ns tb_limits_fit_at(tb_limits *l, double amount, tb_ns t);
 /* The instant a grant of amount that fits at now is taken as of: the first instant it fitted, but
  * not before late_credit (of a token of the fastest rate) before now. */
@@ -175,11 +181,13 @@ void tb_limits_hold(tb_limits *l, double amount);
 void tb_limits_end_hold(tb_limits *l, double amount, tb_ns now);
 /* The instant amount is granted behind the amounts ahead, granted in order as soon as each fits,
  * if nothing else changes: exact, but with one rate and 64 or more amounts ahead a bound, never
- * early and at most a tick per amount ahead late; TB_NEVER if that is at 2^58 ns or later, or if
- * memory for the replay is short. */
+ * early and at most a tick per amount ahead late; TB_NEVER if that is at 2^58 ns or later, at or after
+ * the end of grants, above max_amount, or if memory for the replay is short. */
 tb_ns tb_limits_projection(tb_limits *l, const tb_ahead *ahead, double amount, tb_ns now);
 /* Whether the limits are as good as new at now: every rate full, no grant inside the window
- * ending at now, no pause or limit running after now (true before the first reading). */
+ * ending at now, no pause or limit running after now (true before the first reading), and no end of
+ * grants set: an end, ahead or passed, is state a new limiter lacks (false while one is set, even
+ * before the first reading, as for a running pause). */
 bool tb_limits_full(const tb_limits *l, tb_ns now);
 
 /* Sets the late credit in time of one token of the fastest rate: values outside (0, 1) mean 0. */
@@ -200,6 +208,19 @@ void tb_limits_pause_until(tb_limits *l, tb_ns until);
  * limit or gave fewer tokens (a later end alone: false; a waiter timed for the earlier end is timed again
  * when it comes). */
 bool tb_limits_limit_until(tb_limits *l, double tokens, tb_ns until, tb_ns slack, tb_ns now);
+/* No grant at or after until (TB_NEVER: no end, the default), earlier or later than before; once any end
+ * is set, the limits are never plain again. */
+void tb_limits_grant_until(tb_limits *l, tb_ns until);
+/* Requests may ask for up to max(amount, the smallest burst or window limit): one above the bursts waits
+ * until a rate's burst grows to it; amount 0 leaves the bursts alone. TB_OK, or TB_EINVAL (changing nothing)
+ * unless amount is 0 or finite and > 0. */
+tb_status tb_limits_set_largest(tb_limits *l, double amount);
+/* Credits tokens to every rate without a grant: above 0 given back as a refund is (never fuller than full at
+ * now); below 0 taken at now as a debt, fitting or not (as settle's "more used"). The window, a running
+ * limit and the end of grants are untouched. TB_OK, or TB_EINVAL changing nothing for a NaN or infinite
+ * amount, for limits with a window (which have no tokens to credit), or for a debt that would leave a rate
+ * full again more than TB_MAX_SPAN after now. */
+tb_status tb_limits_credit(tb_limits *l, double tokens, tb_ns now);
 /* Moves the limits onto another clock, on which the old clock's then reads now. */
 void tb_limits_rebase(tb_limits *l, tb_ns then, tb_ns now);
 

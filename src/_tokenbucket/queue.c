@@ -254,7 +254,7 @@ tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now)
 tb_status tb_enqueue(tb_bucket *b, double amount, tb_ns now, tb_ns deadline,
                      void *handle, const void *owner, tb_id *id)
 {
-    if (!(amount > 0 && isfinite(amount)) || amount > b->limits.max_amount)
+    if (!(amount > 0 && isfinite(amount)) || amount > b->limits.max_request)
         return TB_EINVAL;  /* it could never be granted: it would block the queue for good */
     tb_limits_anchor(&b->limits, now);
     if (deadline != TB_NEVER) {
@@ -373,7 +373,7 @@ void *tb_withdraw_stranded(tb_bucket *b, tb_ns now, bool *never)
     tb_limits_anchor(&b->limits, now);
     *never = true;
     for (uint32_t s = b->head; s != TB_NIL; s = b->slots[s].next)
-        if (b->slots[s].amount > b->limits.max_amount)
+        if (b->slots[s].amount > b->limits.max_request)
             return cancel_waiter(b, s);
     *never = false;
     if (b->with_deadline == 0)
@@ -452,6 +452,25 @@ void tb_pause_until(tb_bucket *b, tb_ns until)
 bool tb_limit_until(tb_bucket *b, double tokens, tb_ns until, tb_ns slack, tb_ns now)
 {
     return tb_limits_limit_until(&b->limits, tokens, until, slack, now);
+}
+
+void tb_grant_until(tb_bucket *b, tb_ns until)
+{
+    tb_limits_grant_until(&b->limits, until);
+}
+
+tb_status tb_set_largest(tb_bucket *b, double amount)
+{
+    tb_status status = tb_limits_set_largest(&b->limits, amount);
+    debug_check(b);
+    return status;
+}
+
+tb_status tb_credit(tb_bucket *b, double tokens, tb_ns now)
+{
+    tb_status status = tb_limits_credit(&b->limits, tokens, now);
+    debug_check(b);
+    return status;
 }
 
 void tb_rebase(tb_bucket *b, tb_ns then, tb_ns now)

@@ -88,7 +88,7 @@ bool tb_can_take(tb_bucket *b, double amount, tb_ns now);
 bool tb_take(tb_bucket *b, double amount, tb_ns now);
 
 /* Queues a waiter of owner. TB_OK with *id set; TB_ETOOLATE if its grant cannot come by deadline
- * (nothing queued, a timeout counted); TB_EINVAL for an amount outside (0, max_amount] or a deadline
+ * (nothing queued, a timeout counted); TB_EINVAL for an amount outside (0, max_request] or a deadline
  * in smallest-first order; TB_ENOMEM. */
 tb_status tb_enqueue(tb_bucket *b, double amount, tb_ns now, tb_ns deadline,
                      void *handle, const void *owner, tb_id *id);
@@ -116,7 +116,7 @@ tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now);
  * none queued. */
 tb_ns tb_first_due_of(tb_bucket *b, const void *owner, tb_ns now);
 /* Removes one queued waiter that can no longer be granted as promised, counting it cancelled,
- * and returns its handle, setting *never if its amount is above the capacity (else its projected
+ * and returns its handle, setting *never if its amount is above the largest request (else its projected
  * grant misses its deadline); NULL if there is none. */
 void *tb_withdraw_stranded(tb_bucket *b, tb_ns now, bool *never);
 /* Gives back amount tokens of a grant never used, taking the grant out of the statistics. */
@@ -146,6 +146,14 @@ void tb_pause_until(tb_bucket *b, tb_ns until);
 /* Grants before until take at most tokens in all, as tb_limits_limit_until (which says how a limit still
  * running is replaced, tightened or kept, and what it returns). Queued waiters keep their place. */
 bool tb_limit_until(tb_bucket *b, double tokens, tb_ns until, tb_ns slack, tb_ns now);
+/* No grant at or after until (tb_limits_grant_until). Queued waiters keep their place; the caller times
+ * them again, as after a pause. */
+void tb_grant_until(tb_bucket *b, tb_ns until);
+/* Requests may ask for up to max(amount, the smallest burst) (tb_limits_set_largest); TB_OK or TB_EINVAL. */
+tb_status tb_set_largest(tb_bucket *b, double amount);
+/* Credits tokens to every rate without a grant (tb_limits_credit), counting nothing in the statistics;
+ * TB_OK, or TB_EINVAL changing nothing. Queued waiters keep their place. */
+tb_status tb_credit(tb_bucket *b, double tokens, tb_ns now);
 /* Moves the bucket onto another clock, on which the old clock's then reads now. */
 void tb_rebase(tb_bucket *b, tb_ns then, tb_ns now);
 /* Whether the bucket is as good as new at now: no waiter, and its limits full. */

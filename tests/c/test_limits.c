@@ -10,6 +10,8 @@
 
 #include "harness.h"
 
+#define REPLAY_AHEAD 64  /* amounts ahead from which a one-rate projection may be a bound (limits.c) */
+
 // Fails the current test if an invariant of l is broken.
 static void holds(const char *file, int line, const tb_limits *l)
 {
@@ -519,6 +521,127 @@ static void test_long_queue_projection_is_a_bound(void)
     tb_limits_release(&two);
 }
 
+static void test_grant_until(void)
+{
+    tb_limits l;
+    CHECK(tb_limits_init(&l, 1e6, 10, 10) == TB_OK);  /* 1,000/s, burst 10, full */
+    CHECK(tb_limits_full(&l, 0));
+    tb_limits_anchor(&l, 0);
+    tb_limits_grant_until(&l, 5 * MS);
+    HOLDS(&l);
+    CHECK(!l.plain && !tb_limits_full(&l, 0));  /* an end ahead: not as good as new, as a running pause */
+    /* Grants before the end, none at or after it. */
+    CHECK(tb_limits_fits(&l, 1, 5 * MS - 1) && !tb_limits_fits(&l, 1, 5 * MS) && !tb_limits_fits(&l, 1, 6 * MS));
+    CHECK(!tb_limits_take_now(&l, 1, 5 * MS) && tb_limits_tokens(&l, 5 * MS) == 0 && tb_limits_tokens(&l, SECOND) == 0);
+    CHECK(tb_limits_tokens(&l, 4 * MS) == 10);
+    CHECK(tb_limits_take_now(&l, 10, 0));
+    /* The first instant every limit fits: kept before the end, TB_NEVER from the end on. */
+    CHECK(tb_limits_fit_at(&l, 4, 0) == 4 * MS && tb_limits_fit_at(&l, 5, 0) == TB_NEVER);
+    CHECK(tb_limits_fit_at(&l, 1, 5 * MS) == TB_NEVER);
+    const double ahead[] = {2};
+    CHECK(PROJECT(&l, ahead, 1, 2, 0) == 4 * MS && PROJECT(&l, ahead, 1, 3, 0) == TB_NEVER);
+    double queue[REPLAY_AHEAD];  /* a long queue: a bound, not a replay, but past the end all the same */
+    for (size_t i = 0; i < REPLAY_AHEAD; i++)
+        queue[i] = 0.0625;
+    CHECK(PROJECT(&l, queue, REPLAY_AHEAD, 0.5, 0) < 5 * MS && PROJECT(&l, queue, REPLAY_AHEAD, 1, 0) == TB_NEVER);
+    /* A renewal moves the end later, a lapse to the past; no end again: grants as before, never plain. */
+    tb_limits_grant_until(&l, 20 * MS);
+    CHECK(tb_limits_fit_at(&l, 5, 0) == 5 * MS && PROJECT(&l, ahead, 1, 3, 0) == 5 * MS);
+    tb_limits_grant_until(&l, -SECOND);
+    CHECK(!tb_limits_fits(&l, 1, 10 * MS) && tb_limits_fit_at(&l, 1, 10 * MS) == TB_NEVER);
+    CHECK(!tb_limits_full(&l, 10 * MS));  /* an end passed: nothing granted, unlike a new limiter */
+    tb_limits_grant_until(&l, TB_NEVER);
+    CHECK(!l.plain && tb_limits_full(&l, 10 * MS) && tb_limits_fit_at(&l, 5, 0) == 5 * MS);
+    /* A rebase moves the end with the clock, and leaves no end as it is. */
+    tb_limits_grant_until(&l, 30 * MS);
+    tb_limits_rebase(&l, 10 * MS, 100 * MS);
+    CHECK(l.grants_until == 120 * MS && tb_limits_fits(&l, 1, 119 * MS) && !tb_limits_fits(&l, 1, 120 * MS));
+    tb_limits_grant_until(&l, TB_NEVER);
+    tb_limits_rebase(&l, 100 * MS, 0);
+    CHECK(l.grants_until == TB_NEVER);
+    HOLDS(&l);
+    tb_limits_release(&l);
+}
+
+static void test_largest(void)
+{
+    tb_limits l;
+    CHECK(tb_limits_init(&l, 1e6, 4, 4) == TB_OK);
+    CHECK(l.largest == 0 && l.max_request == 4);
+    CHECK(tb_limits_set_largest(&l, 10) == TB_OK);
+    HOLDS(&l);
+    CHECK(l.max_amount == 4 && l.max_request == 10);
+    /* Above the burst: never fits, never timed, until a burst grows to it. */
+    CHECK(!tb_limits_fits(&l, 6, 0) && !tb_limits_take_now(&l, 6, 0));
+    CHECK(tb_limits_fit_at(&l, 6, 0) == TB_NEVER && PROJECT(&l, NULL, 0, 6, 0) == TB_NEVER);
+    /* A long queue of one rate is replayed, not summed, while a request may exceed the burst. */
+    double ahead[REPLAY_AHEAD];
+    for (size_t i = 0; i < REPLAY_AHEAD; i++)
+        ahead[i] = i == 3 ? 6 : 1;
+    CHECK(PROJECT(&l, ahead, REPLAY_AHEAD, 1, 0) == TB_NEVER);
+    ahead[3] = 1;
+    CHECK(PROJECT(&l, ahead, REPLAY_AHEAD, 1, 0) == (REPLAY_AHEAD - 3) * MS);
+    CHECK(tb_limits_set_rate(&l, 0, 1e6, 8, 0) == TB_OK);  /* keeps its 4 tokens */
+    CHECK(tb_limits_fit_at(&l, 6, 0) == 2 * MS && l.max_request == 10);
+    /* Bursts above the largest: they alone. 0 resets to them; out of range: EINVAL, nothing changed. */
+    CHECK(tb_limits_set_rate(&l, 0, 1e6, 12, 0) == TB_OK && l.max_request == 12);
+    CHECK(tb_limits_set_rate(&l, 0, 1e6, 4, 0) == TB_OK && l.max_request == 10);
+    const double bad[] = {-1, -0.5, NAN, INFINITY, -INFINITY};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK(tb_limits_set_largest(&l, bad[i]) == TB_EINVAL && l.largest == 10 && l.max_request == 10);
+    CHECK(tb_limits_set_largest(&l, 0) == TB_OK && l.max_request == 4);
+    CHECK(tb_limits_set_largest(&l, 2) == TB_OK && l.max_request == 4);  /* within the burst: the burst */
+    HOLDS(&l);
+    tb_limits_release(&l);
+
+    CHECK(tb_limits_init_window(&l, SECOND, 5) == TB_OK);
+    CHECK(tb_limits_set_largest(&l, 7) == TB_OK && l.max_request == 7 && l.max_amount == 5);
+    CHECK(!tb_limits_fits(&l, 6, 0) && tb_limits_fit_at(&l, 6, 0) == TB_NEVER);
+    HOLDS(&l);
+    tb_limits_release(&l);
+}
+
+static void test_credit(void)
+{
+    tb_limits l;
+    CHECK(tb_limits_init(&l, 1e6, 10, 4) == TB_OK);
+    CHECK(tb_limits_add_rate(&l, 2e6, 20, 20) == TB_OK);
+    CHECK(tb_limits_credit(&l, 3, 0) == TB_OK && tb_limits_tokens(&l, 0) == 7);
+    CHECK(tb_rate_tokens(&l.rates[1], l.state[1], 0) == 20);  /* never fuller than full */
+    CHECK(tb_limits_credit(&l, 100, 0) == TB_OK && tb_limits_tokens(&l, 0) == 10 && tb_limits_full(&l, 0));
+    CHECK(tb_limits_credit(&l, 1e300, 0) == TB_OK && tb_limits_tokens(&l, 0) == 10);
+    /* A debt, fitting or not, taken from every rate. */
+    CHECK(tb_limits_credit(&l, -15, 0) == TB_OK);
+    CHECK(tb_limits_tokens(&l, 0) == 0 && tb_limits_owed(&l, 0, 0) == 5);
+    CHECK(tb_rate_balance(&l.rates[1], l.state[1], 0) == 5);
+    CHECK(tb_limits_fit_at(&l, 1, 0) == 6 * MS);
+    CHECK(tb_limits_credit(&l, 0, 0) == TB_OK && tb_limits_fit_at(&l, 1, 0) == 6 * MS);
+    /* Out of range: EINVAL, nothing changed. */
+    tb_gcra was[] = {l.state[0], l.state[1]};
+    const double bad[] = {NAN, INFINITY, -INFINITY, -(double)TB_MAX_SPAN / 2e6, -1e300};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK(tb_limits_credit(&l, bad[i], 0) == TB_EINVAL && l.state[0] == was[0] && l.state[1] == was[1]);
+    CHECK(tb_limits_credit(&l, -(double)TB_MAX_SPAN / 2e6 + 100, 0) == TB_OK);  /* within the span: taken */
+    HOLDS(&l);
+    tb_limits_release(&l);
+
+    /* A running limit is untouched. */
+    CHECK(tb_limits_init(&l, 1e6, 10, 10) == TB_OK);
+    CHECK(tb_limits_limit_until(&l, 5, 100 * MS, 0, 0));
+    CHECK(tb_limits_credit(&l, -3, 0) == TB_OK && l.limited_left == 5 && tb_limits_tokens(&l, 0) == 5);
+    CHECK(tb_limits_credit(&l, -4, 0) == TB_OK && l.limited_left == 5 && tb_limits_tokens(&l, 0) == 3);
+    CHECK(tb_limits_credit(&l, 2, 0) == TB_OK && l.limited_left == 5 && tb_limits_tokens(&l, 0) == 5);
+    tb_limits_release(&l);
+
+    /* A window has no tokens to credit. */
+    CHECK(tb_limits_init_window(&l, SECOND, 5) == TB_OK);
+    CHECK(tb_limits_take_now(&l, 2, 0));
+    CHECK(tb_limits_credit(&l, 1, 0) == TB_EINVAL && tb_limits_credit(&l, -1, 0) == TB_EINVAL);
+    CHECK(tb_limits_tokens(&l, 0) == 3);
+    HOLDS(&l);
+    tb_limits_release(&l);
+}
+
 int main(void)
 {
     RUN(test_fits_and_fit_at_agree);
@@ -536,5 +659,8 @@ int main(void)
     RUN(test_check_finds_broken_invariants);
     RUN(test_needs_round_up_to_a_tick);
     RUN(test_long_queue_projection_is_a_bound);
+    RUN(test_grant_until);
+    RUN(test_largest);
+    RUN(test_credit);
     return tests_summary();
 }

@@ -620,6 +620,90 @@ static void test_memory_follows_the_live_waiters(void)
     free(order);
 }
 
+/* ---- a lease's hooks: an end of grants, a largest amount, credits ---- */
+
+static void test_grant_until_holds_back_waiters(void)
+{
+    tb_bucket b;
+    int handle, late;
+    tb_id id;
+    CHECK(INIT(&b, 1e6, 5, 0, true, TB_FIFO) == TB_OK);  /* 1,000/s, burst 5, empty */
+    CHECK(TOKENS(&b, 0) == 0);
+    tb_grant_until(&b, 3 * MS);
+    CHECK(TAKE(&b, 2, 2 * MS) && !TAKE(&b, 1, 3 * MS) && TOKENS(&b, 3 * MS) == 0);
+    /* Ready at 5 ms, past the end: queued, never timed; with a deadline, refused at once. */
+    CHECK(ENQUEUE(&b, 5, 3 * MS, TB_NEVER, &handle, &id) == TB_OK);
+    CHECK(READY_AT(&b, 3 * MS) == TB_NEVER && PROJECTED(&b, 1, 3 * MS) == TB_NEVER);
+    CHECK(ENQUEUE(&b, 1, 3 * MS, SECOND, &late, &id) == TB_ETOOLATE && b.stats.timeouts == 1);
+    CHECK(READY_HEAD(&b, 10 * MS) == NULL && b.waiting == 1);
+    /* A renewal moves the end later: the waiter keeps its place and is granted when it fits. */
+    tb_grant_until(&b, 20 * MS);
+    CHECK(READY_AT(&b, 3 * MS) == 7 * MS && PROJECTED(&b, 1, 3 * MS) == 8 * MS);
+    CHECK(POP(&b, 7 * MS, true) == &handle && b.stats.waits == 1);
+    /* A lapse: a deadline waiter queued before it is stranded, its projection gone. */
+    CHECK(ENQUEUE(&b, 5, 7 * MS, 15 * MS, &late, &id) == TB_OK);
+    bool never = true;
+    CHECK(tb_withdraw_stranded(&b, 7 * MS, &never) == NULL);
+    tb_grant_until(&b, 8 * MS);
+    CHECK(tb_withdraw_stranded(&b, 7 * MS, &never) == &late && !never);
+    CHECK(!tb_as_good_as_new(&b, SECOND));
+    tb_grant_until(&b, TB_NEVER);
+    CHECK(tb_as_good_as_new(&b, SECOND));
+    HOLDS(&b);
+    tb_release(&b);
+}
+
+static void test_largest_waits_for_a_burst(void)
+{
+    tb_bucket b;
+    int handle;
+    tb_id id;
+    CHECK(INIT(&b, 1e6, 2, 2, true, TB_FIFO) == TB_OK);
+    CHECK(ENQUEUE(&b, 3, 0, TB_NEVER, &handle, &id) == TB_EINVAL);
+    CHECK(tb_set_largest(&b, 5) == TB_OK);
+    HOLDS(&b);
+    CHECK(!CAN_TAKE(&b, 3, 0) && !TAKE(&b, 3, 0) && TOKENS(&b, 0) == 2);
+    CHECK(ENQUEUE(&b, 6, 0, TB_NEVER, &handle, &id) == TB_EINVAL);
+    CHECK(ENQUEUE(&b, 3, 0, SECOND, &handle, &id) == TB_ETOOLATE);
+    /* Queued above the burst: not timed, not stranded, until a rate's burst grows to it. */
+    CHECK(ENQUEUE(&b, 3, 0, TB_NEVER, &handle, &id) == TB_OK);
+    CHECK(READY_AT(&b, 0) == TB_NEVER && READY_HEAD(&b, SECOND) == NULL);
+    bool never = false;
+    CHECK(tb_withdraw_stranded(&b, 0, &never) == NULL && b.waiting == 1);
+    CHECK(tb_set_rate(&b, 0, 1e6, 4, SECOND) == TB_OK);  /* holds its 2 tokens */
+    CHECK(READY_AT(&b, SECOND) == SECOND + MS);
+    CHECK(POP(&b, SECOND + MS, true) == &handle && b.stats.granted == 1);
+    /* Largest back to the bursts: a waiter above them is stranded for good. */
+    CHECK(ENQUEUE(&b, 5, SECOND, TB_NEVER, &handle, &id) == TB_OK);
+    CHECK(tb_set_largest(&b, -1) == TB_EINVAL && b.limits.max_request == 5);
+    CHECK(tb_set_largest(&b, 0) == TB_OK && b.limits.max_request == 4);
+    CHECK(tb_withdraw_stranded(&b, SECOND, &never) == &handle && never);
+    HOLDS(&b);
+    tb_release(&b);
+}
+
+static void test_credit_moves_tokens_not_statistics(void)
+{
+    tb_bucket b;
+    int handle;
+    tb_id id;
+    CHECK(INIT(&b, 1e6, 10, 10, true, TB_FIFO) == TB_OK);
+    CHECK(TAKE(&b, 8, 0));
+    CHECK(ENQUEUE(&b, 6, 0, TB_NEVER, &handle, &id) == TB_OK && READY_AT(&b, 0) == 4 * MS);
+    tb_stats was = b.stats;
+    CHECK(tb_credit(&b, 3, 0) == TB_OK && READY_AT(&b, 0) == MS && TOKENS(&b, 0) == 5);
+    CHECK(tb_credit(&b, -4, 0) == TB_OK && READY_AT(&b, 0) == 5 * MS && TOKENS(&b, 0) == 1);
+    CHECK(tb_credit(&b, 50, 0) == TB_OK && TOKENS(&b, 0) == 10);
+    CHECK(tb_credit(&b, -1e300, 0) == TB_EINVAL && tb_credit(&b, NAN, 0) == TB_EINVAL && TOKENS(&b, 0) == 10);
+    CHECK(memcmp(&was, &b.stats, sizeof was) == 0 && b.waiting == 1);
+    HOLDS(&b);
+    tb_release(&b);
+
+    CHECK(tb_init_window(&b, SECOND, 5, true, TB_FIFO) == TB_OK);
+    CHECK(tb_credit(&b, 1, 0) == TB_EINVAL && TOKENS(&b, 0) == 5);
+    tb_release(&b);
+}
+
 
 int main(void)
 {
@@ -639,5 +723,8 @@ int main(void)
     RUN(test_projection_is_exact_when_arithmetic_is);
     RUN(test_projection_within_a_nanosecond_at_inexact_rates);
     RUN(test_memory_follows_the_live_waiters);
+    RUN(test_grant_until_holds_back_waiters);
+    RUN(test_largest_waits_for_a_burst);
+    RUN(test_credit_moves_tokens_not_statistics);
     return tests_summary();
 }

@@ -62,33 +62,33 @@ COLD static int not_configured(BucketObject *self)
     return -1;
 }
 
-// A valid amount for this bucket: > 0 and <= its largest grant. 0, or -1 with an exception.
+// A valid amount for this bucket: > 0 and <= its largest request (tb_limits' max_request). 0, or -1 with an
+// exception.
 static int parse_amount(BucketObject *self, PyObject *value, double *out)
 {
     if (PyFloat_CheckExact(value))
         *out = PyFloat_AS_DOUBLE(value);
     else if (real_number(self->state, "amount", value, out) < 0)
         return -1;
-    double most = self->core.limits.max_amount;
-    if (*out > most)
+    if (*out > self->core.limits.max_request)
         return self->configured ? over_capacity(self, value) : not_configured(self);
     if (!(*out > 0)) {
         PyErr_Format(PyExc_ValueError, "amount must be finite and > 0, got %R", value);
         return -1;
     }
-    if (*out < ldexp(most, -50)) {
+    if (*out < ldexp(self->core.limits.max_amount, -50)) {
         PyErr_Format(PyExc_ValueError, "amount must be at least burst / 2**50 to be counted exactly, got %R", value);
         return -1;
     }
     return 0;
 }
 
-// The amount of a call that names none: 1, unless that is above the largest grant. 0, or -1 with the
+// The amount of a call that names none: 1, unless that is above the largest request. 0, or -1 with the
 // limiter's own error.
 COLD static int default_amount(BucketObject *self, double *out)
 {
     *out = 1.0;
-    if (*out <= self->core.limits.max_amount)
+    if (*out <= self->core.limits.max_request)
         return 0;
     PyObject *one = PyLong_FromLong(1);
     if (one == NULL)
