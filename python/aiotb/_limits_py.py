@@ -592,7 +592,8 @@ class Limits:
         self.anchor(now)
         change = []
         for r, f in zip(self.rates, self.state):
-            ns = abs(tokens) * r.ns_per_token  # a debt rounded up, a refund down: more than a span fills any rate
+            # a debt rounded up; a refund rounded down, and more than a span of it fills any rate
+            ns = abs(tokens) * r.ns_per_token
             step = _ticks(ns) if tokens < 0 else -_ticks_down(min(ns, 1.5 * MAX_SPAN))
             if step > 0 and not _debt_in_range(f, step, now):
                 return EINVAL

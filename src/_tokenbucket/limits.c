@@ -545,8 +545,9 @@ tb_status tb_limits_credit(tb_limits *l, double tokens, tb_ns now)
     tb_limits_anchor(l, now);
     int64_t change[TB_MAX_RATES];
     for (uint32_t i = 0; i < l->nrates; i++) {
-        double ns = fabs(tokens) * l->rates[i].ns_per_token;  /* a debt rounded up, a refund down, */
-        change[i] = tokens < 0 ? tb_ticks(ns) : -ticks_down(fmin(ns, 1.5 * (double)TB_MAX_SPAN));  /* more than a span fills any rate */
+        /* a debt rounded up; a refund rounded down, and more than a span of it fills any rate */
+        double ns = fabs(tokens) * l->rates[i].ns_per_token;
+        change[i] = tokens < 0 ? tb_ticks(ns) : -ticks_down(fmin(ns, 1.5 * (double)TB_MAX_SPAN));
         if (change[i] > 0 && !debt_in_range(l->state[i], change[i], now))
             return TB_EINVAL;
     }
