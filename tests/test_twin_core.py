@@ -445,3 +445,65 @@ def test_projected_grant_behind_the_queue_and_withdraw_head():
     assert b.projected_grant(4, 0) == 7 * MS
     assert b.withdraw_head() == "a" and b.stats.cancelled == 1
     assert b.projected_grant(4, 0) == 3 * MS
+
+
+# ---- a lease's hooks: an end of grants, a largest amount, credits ----
+
+def test_grant_until_refuses_grants_at_and_after_the_end_and_moves_either_way():
+    limits = one_rate()
+    limits.anchor(0)
+    limits.grant_until(5 * MS)
+    assert not limits.plain and not limits.full(0)
+    assert limits.fits(1, 5 * MS - 1) and not limits.fits(1, 5 * MS) and limits.tokens(5 * MS) == 0.0
+    assert limits.take_now(10, 0)
+    assert limits.fit_at(4, 0) == 4 * MS and limits.fit_at(5, 0) == NEVER
+    assert limits.projection(ahead(2), 2, 0) == 4 * MS and limits.projection(ahead(2), 3, 0) == NEVER
+    assert limits.projection(ahead(*[0.0625] * 64), 1, 0) == NEVER  # a long queue's bound, past the end too
+    limits.grant_until(20 * MS)
+    assert limits.fit_at(5, 0) == 5 * MS
+    limits.grant_until(-MS)
+    assert not limits.fits(1, 10 * MS) and not limits.full(10 * MS)
+    limits.grant_until(NEVER)
+    assert not limits.plain and limits.full(10 * MS)
+    limits.grant_until(30 * MS)
+    limits.rebase(10 * MS, 100 * MS)
+    assert limits.grants_until == 120 * MS
+
+
+def test_a_waiter_past_the_end_waits_for_a_renewal():
+    b = bucket(burst=5, initial=0)
+    b.grant_until(3 * MS)
+    assert b.enqueue(5, 0, NEVER, "after the end")[0] == OK
+    assert b.grant_due(0, grant_all) == NEVER and b.projected_grant(1, 0) == NEVER
+    assert b.enqueue(1, 0, 1000 * MS, "with a deadline") == (ETOOLATE, 0)
+    b.grant_until(20 * MS)
+    assert b.grant_due(0, grant_all) == 5 * MS and b.grant_due(5 * MS, grant_all) == NEVER and b.waiting == 0
+
+
+def test_largest_lets_a_request_above_the_burst_wait_for_a_burst_to_grow():
+    b = bucket(burst=2, initial=2)
+    assert b.enqueue(3, 0, NEVER, "big") == (EINVAL, 0)
+    assert b.set_largest(5) == OK and b.limits.max_request == 5 and b.limits.max_amount == 2
+    assert not b.take(3, 0) and b.enqueue(6, 0, NEVER, "bigger") == (EINVAL, 0)
+    assert b.enqueue(3, 0, NEVER, "big")[0] == OK
+    assert b.grant_due(0, grant_all) == NEVER and b.withdraw_stranded(0) is None
+    assert b.set_rate(0, MS, 4, 0) == OK
+    assert b.grant_due(0, grant_all) == MS
+    for bad in (-1.0, math.nan, math.inf):
+        assert b.set_largest(bad) == EINVAL and b.limits.max_request == 5
+    assert b.set_largest(0) == OK and b.limits.max_request == 4 and b.withdraw_stranded(0) is None
+    assert b.set_rate(0, MS, 2, 0) == OK and b.withdraw_stranded(0) == ("big", True)  # the bursts alone: above
+
+
+def test_credit_gives_and_takes_tokens_but_not_from_a_window():
+    limits = one_rate(initial=4)
+    assert limits.credit(3, 0) == OK and limits.tokens(0) == 7
+    assert limits.credit(100, 0) == OK and limits.tokens(0) == 10 and limits.full(0)
+    assert limits.credit(-15, 0) == OK and limits.tokens(0) == 0 and limits.owed(0, 0) == 5
+    assert limits.fit_at(1, 0) == 6 * MS
+    state = list(limits.state)
+    for bad in (math.nan, math.inf, -math.inf, -1e300):
+        assert limits.credit(bad, 0) == EINVAL and limits.state == state
+    window = Limits()
+    assert window.init_window(10**9, 5) == OK
+    assert window.credit(1, 0) == EINVAL and window.credit(-1, 0) == EINVAL

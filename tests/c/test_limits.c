@@ -457,6 +457,12 @@ static void test_check_finds_broken_invariants(void)
     broken.max_amount = 11;
     CHECK(tb_limits_check(&broken) == 1);
     broken = l;
+    broken.max_request = 12;  /* requests above the bursts with no largest set */
+    CHECK(tb_limits_check(&broken) == 1);
+    broken = l;
+    broken.largest = -1;
+    CHECK(tb_limits_check(&broken) == 1);
+    broken = l;
     broken.nrates = 0;
     CHECK(tb_limits_check(&broken) == 1);
     tb_limits_release(&l);
