@@ -465,14 +465,14 @@ class Limits:
         early and at most a tick per amount ahead late; NEVER if that is at 2^58 ns or later, at or after
         the end of grants, or above max_amount."""
         self.anchor(now)
-        t = self._projected(ahead, amount, now)  # the grants ahead come before it: if it is in time, so are they
+        t = self._projected(ahead, amount, now)  # the grants ahead come first: in time if it is
         return t if t < self.grants_until else NEVER
 
     def _projected(self, ahead: Ahead, amount: float, now: int) -> int:
         """The projection's instant, as projection's but for the end of grants (C: static projected)."""
         if (len(self.rates) != 1 or self.window.period or self.paused_until > now or self.limited_until > now
                 or self.max_request > self.max_amount or ahead.count < REPLAY_UP_TO):
-            return _simulated_grant(self, ahead, amount, now)  # amounts above the burst never fit: replayed
+            return _simulated_grant(self, ahead, amount, now)  # an amount above the burst never fits: not summed
         # one rate, a long queue: amount is granted once it and all before it fit in a bucket full at F;
         # each grant ahead rounds its need up by less than a tick: count ticks more, never early
         rate = self.rates[0]

@@ -416,7 +416,7 @@ static tb_ns projected(tb_limits *l, const tb_ahead *ahead, double amount, tb_ns
 {
     if (l->nrates != 1 || l->window.period || l->paused_until > now || l->limited_until > now ||
         l->max_request > l->max_amount || ahead->count < REPLAY_UP_TO)
-        return simulated_grant(l, ahead, amount, now);  /* amounts above the burst never fit: replayed, not summed */
+        return simulated_grant(l, ahead, amount, now);  /* an amount above the burst never fits: not summed */
     /* One rate, a long queue: amount is granted once it and all before it fit in a bucket full
      * at F. Each grant ahead rounds its need up by less than a tick: count ticks more, never early. */
     const tb_rate *rate = &l->rates[0];
@@ -438,7 +438,7 @@ static tb_ns projected(tb_limits *l, const tb_ahead *ahead, double amount, tb_ns
 tb_ns tb_limits_projection(tb_limits *l, const tb_ahead *ahead, double amount, tb_ns now)
 {
     tb_limits_anchor(l, now);
-    tb_ns t = projected(l, ahead, amount, now);  /* the grants ahead come before it: if it is in time, so are they */
+    tb_ns t = projected(l, ahead, amount, now);  /* the grants ahead come first: in time if it is */
     return t < l->grants_until ? t : TB_NEVER;
 }
 

@@ -1,9 +1,10 @@
 /* The limits of aiotb's core: pure token arithmetic, with no queue and no clock.
  *
  * A grant must satisfy every limit at once: up to TB_MAX_RATES rates (GCRA: each keeps the instant
- * F at which it is full again), an optional strict sliding window, a pause and an end of grants. Every operation
- * takes the caller's time, in nanoseconds on whatever monotonic clock the caller uses; the first
- * reading anchors the rates (each holds its initial tokens then). Token amounts are doubles.
+ * F at which it is full again), an optional strict sliding window, a pause and an end of grants.
+ * Every operation takes the caller's time, in nanoseconds on whatever monotonic clock the caller
+ * uses; the first reading anchors the rates (each holds its initial tokens then). Token amounts are
+ * doubles.
  *
  * A rate's whole state is one 64-bit word, F in ticks of 1/16 ns on the caller's clock, so that a
  * store can keep it in shared memory and update it with one compare-and-swap. Each grant moves F
@@ -77,7 +78,8 @@ typedef struct {
     double max_request;   /* the most a request may ask for: max(largest, max_amount); one above max_amount
                            * waits until a rate's burst grows to it */
     bool anchored;        /* the first reading of the clock has set every F */
-    bool plain;           /* one rate, no window, never paused, limited or ended: tb_limits_take_now's short path */
+    bool plain;           /* one rate, no window, never paused, limited or ended: tb_limits_take_now's short
+                           * path */
     double late_credit;   /* how late a waiter's grant may be taken as of its ready instant, in time of
                            * one token of the fastest rate */
 } tb_limits;

@@ -538,7 +538,8 @@ static void test_grant_until(void)
     CHECK(!l.plain && !tb_limits_full(&l, 0));  /* an end ahead: not as good as new, as a running pause */
     /* Grants before the end, none at or after it. */
     CHECK(tb_limits_fits(&l, 1, 5 * MS - 1) && !tb_limits_fits(&l, 1, 5 * MS) && !tb_limits_fits(&l, 1, 6 * MS));
-    CHECK(!tb_limits_take_now(&l, 1, 5 * MS) && tb_limits_tokens(&l, 5 * MS) == 0 && tb_limits_tokens(&l, SECOND) == 0);
+    CHECK(!tb_limits_take_now(&l, 1, 5 * MS));
+    CHECK(tb_limits_tokens(&l, 5 * MS) == 0 && tb_limits_tokens(&l, SECOND) == 0);
     CHECK(tb_limits_tokens(&l, 4 * MS) == 10);
     CHECK(tb_limits_take_now(&l, 10, 0));
     /* The first instant every limit fits: kept before the end, TB_NEVER from the end on. */
