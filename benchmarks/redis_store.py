@@ -911,7 +911,7 @@ def units_cell(u: dict[str, float]) -> str:
 
 
 def lease_throughput_lines(a: dict[str, Any]) -> list[str]:
-    from aiotb._lease_limiter import RENEW_EVERY
+    from aiotb._store_lease import RENEW_EVERY
 
     rows = a["rows"]
     span = a["lease"]

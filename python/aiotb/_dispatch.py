@@ -223,9 +223,10 @@ class Dispatcher:
         tasks. If it ran none for more than STALLED_AFTER before (a stall: the interpreter given to another
         thread, a collection, a callback that blocked), those tasks use their grants later than they were
         made: the refill they waited through is spent first, so that no interval sees both their use and
-        that refill used by grants made from now on, as far as a full rate could not have held it beside them."""
+        that refill used by grants made from now on, as far as a full rate could not have held it beside them.
+        With owners.exact_use (a lease's units, which other holders of the key refill after it), at every resume."""
         now = self._clock()
-        if now - self._last_seen > STALLED_AFTER:
+        if now - self._last_seen > STALLED_AFTER or self.owners.exact_use:
             self.owners.bucket._reckon_late(self._unresumed_tokens)
         self._last_seen = now
 

@@ -75,7 +75,8 @@ class ThreadWaiter:
 class Owners:
     """The dispatchers and blocked threads of one limiter (``bucket``)."""
 
-    __slots__ = ("_bucket", "dispatchers", "sleepers", "last", "warn_on_reuse", "queued_last", "precise", "holds")
+    __slots__ = ("_bucket", "dispatchers", "sleepers", "last", "warn_on_reuse", "queued_last", "precise", "holds",
+                 "exact_use")
 
     def __init__(self, bucket: Bucket, warn_on_reuse: bool, queued_last: bool) -> None:
         self._bucket: weakref.ref[Bucket] = weakref.ref(bucket)  # weak: no cycle keeps a limiter alive
@@ -86,6 +87,7 @@ class Owners:
         self.warn_on_reuse: bool = warn_on_reuse
         self.precise: bool = True  # short waits want the precise timer: a late wake-up would cost the limits tokens
         self.holds: bool = False  # grants may be held in use (a window): a waiter's deadline can pass in the queue
+        self.exact_use: bool = False  # every resume is reckoned, not only after a stall: rates others share too
 
     @property
     def bucket(self) -> Bucket:
@@ -187,6 +189,13 @@ class Owners:
                       TimeoutError("this request can no longer be granted within its timeout"))
             failed = True
         return failed
+
+    def fail_all(self, error: BaseException) -> None:
+        """Fails every queued waiter with error: the limits have nothing to grant them from (a lease lost)."""
+        bucket = self.bucket
+        for owner in [*self.dispatchers.values(), *self.sleepers]:
+            while (waiter := bucket._withdraw_first_of(owner)) is not None:
+                self.fail(waiter, error)
 
     def fail(self, waiter: Any, error: BaseException) -> None:
         """Fails a waiter the limits stranded, on its own loop or thread."""
