@@ -5,7 +5,7 @@ lease is renewed. Its calls that may need Redis are the awaitable ones, as over 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Coroutine, Sequence
+from typing import Any, Sequence
 
 from . import _params
 from ._capabilities import refused
@@ -52,11 +52,8 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
 
     # ---- the engine's waits, and the awaitable calls, on the units held ----
 
-    def _wait(self, amount: float, timeout: float | None) -> Coroutine[Any, Any, None]:
-        return self._wait_for_units(amount, timeout)
-
     @on_its_loop
-    async def _wait_for_units(self, amount: float, timeout: float | None) -> None:
+    async def _wait(self, amount: float, timeout: float | None) -> None:
         """The engine's wait, on the loop the lease serves, with the lease kept meanwhile."""
         self._check_loop()
         engine_wait = super()._wait

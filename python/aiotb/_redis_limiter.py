@@ -20,6 +20,7 @@ limiter's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import math
 import time
@@ -48,8 +49,8 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
     limiter.try_acquire()``, ``has_capacity``, ``read_tokens``, ``set_rate``, ``penalize``,
     ``retry_after``."""
 
-    __slots__ = ("_store", "_store_rates", "_loop", "_down_until", "_held", "_holding", "_outcomes", "_trips",
-                 "_front", "_lone")
+    __slots__ = ("_store_rates", "_loop", "_down_until", "_held", "_holding", "_outcomes", "_trips", "_front",
+                 "_lone")
 
     def __init__(self, max_rate: float | None = None, time_period: float = 60, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
@@ -75,11 +76,6 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         self._front: tuple[Reserved | int, float, float] | None = None  # the lone caller's answer, sent, received
         self._lone = 0  # 1 while the caller of an idle limiter asks Redis in its own task
         self._start_queue()
-
-    @property
-    def store(self) -> RedisStore:
-        """Where the rates live."""
-        return self._store
 
     # ---- the public API, on the rates in Redis ----
 
@@ -205,11 +201,6 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         server's ``Retry-After`` (one round trip)."""
         await self._store_rates.pause(pause_ns(seconds))
 
-    def __repr__(self) -> str:
-        return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "
-                f"burst={self.burst!r}, fair={self.fair!r}, store={self._store!r}) waiting={self.waiting} "
-                f"at {id(self):#x}>")
-
     # ---- waiting ----
 
     @on_its_loop
@@ -279,10 +270,8 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
     @on_its_loop
     async def _end_hold_of(self, record: bytes) -> None:
         """Ends a held grant's hold in Redis; should Redis not answer, it ends by itself later (stricter)."""
-        try:
+        with contextlib.suppress(StoreError):
             await self._store_rates.end_hold(record)
-        except StoreError:
-            pass
 
     # ---- the queue's store: round trips to Redis, on the limiter's loop ----
 
@@ -358,11 +347,11 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
     async def _reserve_for(self, ident: int, waiter: Waiter) -> None:
         """A reservation for the head waiter, and, when its grant is due now, the grants of the waiters behind
         it whose tokens are free now too (one round trip)."""
-        loop = asyncio.get_running_loop()
-        sent = loop.time()
+        sent = self._store_now()
         within = None if waiter.deadline == math.inf else waiter.deadline - sent
         wait = -1 if within is None else max(0, round(within * 1e9))
-        followers = self._followers()
+        # up to RUN_MOST - 1 waiters behind it, in queue order; none for a window, whose grants are held one by one
+        followers = [] if self._window else list(itertools.islice(self._queue.items(), 1, RUN_MOST))
         reserved: Reserved | int | None | Exception
         more: list[Reserved] = []
         try:
@@ -375,7 +364,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
             reserved = error
         finally:
             self._asking = False
-        self._settled(self._answered, ident, waiter, followers, reserved, more, sent, loop.time())
+        self._settled(self._answered, ident, waiter, followers, reserved, more, sent, self._store_now())
 
     def _answered(self, ident: int, waiter: Waiter, followers: list[tuple[int, Waiter]],
                   reserved: Reserved | int | None | Exception, more: list[Reserved], sent: float,
@@ -397,42 +386,32 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
             slot = Slot(ident, now + reserved.delay / 1e9, sent + reserved.delay / 1e9, reserved, waiter.amount,
                         waiter.hold)
             if more and now - slot.due <= self._stale_after:
-                self._grant_run([(ident, waiter.amount, reserved), *((i, f.amount, r) for (i, f), r in
-                                                                     zip(followers, more))], now)
+                self._grant_run([(ident, waiter), *followers], [reserved, *more], now)
             else:  # reached stale, a run's followers' grants are lost, as stale ones are; the head's is retaken
                 self._install(slot)
 
-    def _followers(self) -> list[tuple[int, Waiter]]:
-        """The waiters behind the head whose grants the head's round trip may make too, if they are due now:
-        up to RUN_MOST - 1, in queue order; none for a window, whose grants are held one by one."""
-        if self._window:
-            return []
-        return list(itertools.islice(self._queue.items(), 1, RUN_MOST))
-
-    def _grant_run(self, grants: list[tuple[int, float, Reserved]], now: float) -> None:
-        """Grants a run of reservations due now, each to its waiter in queue order; one whose waiter left is
-        spare (``_spare``), once the grants before it are made."""
+    def _grant_run(self, run: list[tuple[int, Waiter]], grants: list[Reserved], now: float) -> None:
+        """Grants a run of reservations due now, each to its waiter of run in queue order; one whose waiter left
+        is spare (``_spare``), once the grants before it are made."""
         spare: list[tuple[float, Reserved]] = []
-        for ident, amount, reserved in grants:
+        for (ident, waiter), reserved in zip(run, grants):
             if ident in self._queue:
                 self._grant_now(ident, now, reserved)
             else:
-                spare.append((amount, reserved))
+                spare.append((waiter.amount, reserved))
         for amount, reserved in spare:
             self._spare(amount, False, reserved, now)
 
     async def _take_afresh(self, slot: Slot, waiter: Waiter) -> None:
         """A stale slot's waiter takes the tokens afresh if they are free now (one round trip), else reserves
         again behind the others."""
-        loop = asyncio.get_running_loop()
         try:
-            fresh: Reserved | int | None | Exception = await self._store_rates.reserve(waiter.amount,
-                                                                                     0, waiter.hold)
+            fresh: Reserved | int | None | Exception = await self._store_rates.reserve(waiter.amount, 0, waiter.hold)
         except Exception as error:
             fresh = error
         finally:
             self._asking = False
-        self._settled(self._retaken, slot.ident, fresh, loop.time())
+        self._settled(self._retaken, slot.ident, fresh, self._store_now())
 
     def _retaken(self, ident: int, fresh: Reserved | int | None | Exception, now: float) -> None:
         if isinstance(fresh, Exception):
@@ -445,11 +424,9 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
             self._restarted = ident  # no room now: it reserves again, behind the others
 
     async def _cancel(self, record: bytes) -> None:
-        """Cancels a reservation in Redis, by the script's rule."""
-        try:
+        """Cancels a reservation in Redis, by the script's rule; should it fail, the tokens stay taken (stricter)."""
+        with contextlib.suppress(StoreError, ValueError):
             await self._store_rates.cancel(record)
-        except (StoreError, ValueError):
-            pass  # the tokens stay taken: stricter, never looser
 
     def _grant_now(self, ident: int, now: float, record: Any, outcome: object = None) -> None:
         """As the queue's, where a held grant's outcome is its record, for the end of its hold."""
@@ -483,8 +460,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
 
     async def _without_store(self, amount: float, *, blocking: bool, error: StoreError | None = None) -> bool:
         """on_error's answer for a call that Redis did not answer (or is not asked now)."""
-        on_error = self._store.on_error
-        if on_error == "raise" or isinstance(error, StoreCorrupt):
+        if self._store.on_error == "raise" or isinstance(error, StoreCorrupt):
             assert error is not None
             raise error
         if error is not None:
@@ -503,17 +479,16 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         """The running loop, the one this limiter serves; RuntimeError on another (its Redis client is bound to
         one). After the loop it served closed, the next one: the waiters and round trips of the closed one are
         gone, and a reservation it held is lost."""
-        loop = asyncio.get_running_loop()
-        if self._loop is None or self._loop.is_closed():
-            if self._loop is not None:
+        loop, served = asyncio.get_running_loop(), self._loop
+        if served is None or served.is_closed():
+            self._loop = loop
+            if served is not None:
                 with self._queue_lock:
                     self._slot, self._asking = None, False
                 self._front, self._lone = None, 0
                 self._trips.clear()
-                self._loop = loop
                 self._drop_closed()
-            self._loop = loop
-        elif loop is not self._loop:
+        elif loop is not served:
             raise RuntimeError(OTHER_LOOP)
         return loop
 
