@@ -5,6 +5,7 @@ lease is renewed. Its calls that may need Redis are the awaitable ones, as over 
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any, Sequence
 
 from . import _params
@@ -38,7 +39,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop the lease serves (its Redis client's)
         self._set_largest(self.burst)  # the key's: an amount above the units' share waits for more units
         self._owners.exact_use = True  # the bound holds at every use, over every holder of the key
-        self._grant_until(0.0)  # nothing before a lease
+        self._grant_until(-math.inf)  # no lease yet: grants ended long past
 
     @property
     def store(self) -> RedisStore:
