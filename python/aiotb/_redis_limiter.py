@@ -25,7 +25,7 @@ import itertools
 import math
 import time
 import weakref
-from typing import Any, Callable, Coroutine, Sequence, cast
+from typing import Any, Callable, Coroutine, Sequence, TypeVar, cast
 
 from . import _params
 from ._capabilities import OTHER_LOOP, refused
@@ -38,6 +38,7 @@ from ._reserving import ReservingLimiter, Slot, Waiter
 from ._store import Reserved, StoreCorrupt, StoreError, StoreUnavailable
 from ._store_redis import MAX_REFILL_NS, RedisRates, RedisStore
 
+T = TypeVar("T")
 RUN_MOST = 64  # the most grants one round trip makes: the head's and those due with it
 RETRY_AFTER = 1.0  # s: with on_error "allow" or a fallback, how long Redis is left alone after it failed
 _FALLBACK = object()  # a grant's outcome: take from the fallback limiter
@@ -99,12 +100,12 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         Bucket.acquire(self, amount, timeout).close()  # the amount and the timeout, checked by the engine
         return cast(Coroutine[Any, Any, None], self._acquire(float(amount), None if timeout is None else float(timeout)))
 
-    @on_its_loop
     async def atry_acquire(self, amount: float = 1) -> bool:
         """Takes ``amount`` tokens if every rate has them now (one round trip); False if not, or if
         others wait in this limiter's queue (fair)."""
         x = self._checked_amount(amount)
-        self._check_loop()
+        if asyncio.get_running_loop() is not self._loop:
+            return await self._on_its_loop(self.atry_acquire, x)
         if self._fair and (self._queue or self._asking):
             return False
         if self._store_down():
@@ -203,14 +204,15 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
 
     # ---- waiting ----
 
-    @on_its_loop
     async def _acquire(self, amount: float, timeout: float | None, hold: bool = False) -> bytes | None:
         """Waits for amount; the record of the grant if Redis made it and it is held, else None. Ends by its
         deadline: TimeoutError. The caller of a limiter nobody else waits on asks Redis in its own task (no round
         trip task, no pass to wake it), granted if its tokens were free when the reply came; else that answer, in
         _front, goes with it to the head of the queue the dispatcher of the limiter's loop serves, where the
         waiters that came meanwhile wait behind it."""
-        loop = self._check_loop()
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            return await self._on_its_loop(self._acquire, amount, timeout, hold)
         if not (self._queue or self._slot or self._asking or self._store_down()):
             self._asking, self._lone = True, 1
             sent, wait = loop.time(), -1 if timeout is None else max(0, round(timeout * 1e9))
@@ -260,12 +262,11 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         return len(self._queue) + self._lone
 
     def _asked(self) -> None:
-        """The lone caller's round trip is back: the waiters that came meanwhile, if any, may ask now."""
-        with self._queue_lock:
-            self._asking = False
-            if not self._queue:
-                return
-        self._pass_here()
+        """The lone caller's round trip is back: the waiters that came meanwhile, if any, may ask now. No lock: the
+        queue of a limiter over Redis is touched on its loop's thread only, where every call that waits runs."""
+        self._asking = False
+        if self._queue:
+            self._pass_here()
 
     @on_its_loop
     async def _end_hold_of(self, record: bytes) -> None:
@@ -474,6 +475,14 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         return fallback.try_acquire(amount)
 
     # ---- bookkeeping ----
+
+    @on_its_loop
+    async def _on_its_loop(self, call: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        """call(*args), a call made on a loop other than the one this limiter serves (or before it serves one), on
+        the one it serves, else on this one if it may serve it (_check_loop). The calls that run most (acquire,
+        atry_acquire) take this way only then, so that on the loop they serve they go through one coroutine less."""
+        self._check_loop()
+        return await call(*args)
 
     def _check_loop(self) -> asyncio.AbstractEventLoop:
         """The running loop, the one this limiter serves; RuntimeError on another (its Redis client is bound to

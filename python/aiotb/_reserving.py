@@ -341,7 +341,8 @@ class ReservingLimiter(Limiter[StoreT]):
         if waited is not None:
             counts[2] += 1
             counts[3] += waited
-            counts[4] = max(counts[4], waited)
+            if waited > counts[4]:
+                counts[4] = waited
 
     def _stats(self) -> tuple[int, float, int, float, float, int, int]:
         granted, tokens, waits, total, most, cancelled, timeouts = self._counts
