@@ -119,22 +119,18 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         them; more, taken from them now as debt, which the key keeps should the lease lapse (see _store_lease)."""
         x, y = self._settle_amounts(taken, used)
         self._check_loop()
-        step = self._share_burst() / 2  # a grant the units held may take now: settled in steps of it
+        # settled as grants of half the most one grant of the units held may take (of one unit, without a lease):
+        # a debt in one, a refund in as many as it takes
+        step = self.burst * max(1, self._keeper.units) / self._store.units / 2
         change = y - x
-        while change < 0:
+        while change:
             part = max(change, -step)
             Bucket._settle_cost(self, step, step + part, False)
             change -= part
-        if change > 0:
-            Bucket._settle_cost(self, step, step + change, False)
         if self.waiting:
             self._settle()
         if y > x:
             await self._keeper.tell_debt()
-
-    def _share_burst(self) -> float:
-        """The most one grant of the units held may take (those of one unit, without a lease)."""
-        return self.burst * max(1, self._keeper.units) / self._store.units
 
     async def alimit_until(self, tokens: float, when: float) -> None:
         """Not over a leased RedisStore (see the table of stores, docs/guides/stores.md)."""
