@@ -5,7 +5,8 @@ lease is renewed. Its calls that may need Redis are the awaitable ones, as over 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Coroutine, Sequence
+import math
+from typing import Any, Sequence
 
 from . import _params
 from ._capabilities import refused
@@ -38,7 +39,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop the lease serves (its Redis client's)
         self._set_largest(self.burst)  # the key's: an amount above the units' share waits for more units
         self._owners.exact_use = True  # the bound holds at every use, over every holder of the key
-        self._grant_until(0.0)  # nothing before a lease
+        self._grant_until(-math.inf)  # no lease yet: grants ended long past
 
     @property
     def store(self) -> RedisStore:
@@ -52,11 +53,8 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
 
     # ---- the engine's waits, and the awaitable calls, on the units held ----
 
-    def _wait(self, amount: float, timeout: float | None) -> Coroutine[Any, Any, None]:
-        return self._wait_for_units(amount, timeout)
-
     @on_its_loop
-    async def _wait_for_units(self, amount: float, timeout: float | None) -> None:
+    async def _wait(self, amount: float, timeout: float | None) -> None:
         """The engine's wait, on the loop the lease serves, with the lease kept meanwhile."""
         self._check_loop()
         engine_wait = super()._wait
@@ -121,22 +119,18 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         them; more, taken from them now as debt, which the key keeps should the lease lapse (see _store_lease)."""
         x, y = self._settle_amounts(taken, used)
         self._check_loop()
-        step = self._share_burst() / 2  # a grant the units held may take now: settled in steps of it
+        # settled as grants of half the most one grant of the units held may take (of one unit, without a lease):
+        # a debt in one, a refund in as many as it takes
+        step = self.burst * max(1, self._keeper.units) / self._store.units / 2
         change = y - x
-        while change < 0:
+        while change:
             part = max(change, -step)
             Bucket._settle_cost(self, step, step + part, False)
             change -= part
-        if change > 0:
-            Bucket._settle_cost(self, step, step + change, False)
         if self.waiting:
             self._settle()
         if y > x:
             await self._keeper.tell_debt()
-
-    def _share_burst(self) -> float:
-        """The most one grant of the units held may take (those of one unit, without a lease)."""
-        return self.burst * max(1, self._keeper.units) / self._store.units
 
     async def alimit_until(self, tokens: float, when: float) -> None:
         """Not over a leased RedisStore (see the table of stores, docs/guides/stores.md)."""

@@ -20,11 +20,12 @@ limiter's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import math
 import time
 import weakref
-from typing import Any, Callable, Coroutine, Sequence, cast
+from typing import Any, Callable, Coroutine, Sequence, TypeVar, cast
 
 from . import _params
 from ._capabilities import OTHER_LOOP, refused
@@ -37,6 +38,7 @@ from ._reserving import ReservingLimiter, Slot, Waiter
 from ._store import Reserved, StoreCorrupt, StoreError, StoreUnavailable
 from ._store_redis import MAX_REFILL_NS, RedisRates, RedisStore
 
+T = TypeVar("T")
 RUN_MOST = 64  # the most grants one round trip makes: the head's and those due with it
 RETRY_AFTER = 1.0  # s: with on_error "allow" or a fallback, how long Redis is left alone after it failed
 _FALLBACK = object()  # a grant's outcome: take from the fallback limiter
@@ -48,8 +50,8 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
     limiter.try_acquire()``, ``has_capacity``, ``read_tokens``, ``set_rate``, ``penalize``,
     ``retry_after``."""
 
-    __slots__ = ("_store", "_store_rates", "_loop", "_down_until", "_held", "_holding", "_outcomes", "_trips",
-                 "_front", "_lone")
+    __slots__ = ("_store_rates", "_loop", "_down_until", "_held", "_holding", "_outcomes", "_trips", "_front",
+                 "_lone")
 
     def __init__(self, max_rate: float | None = None, time_period: float = 60, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
@@ -76,11 +78,6 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         self._lone = 0  # 1 while the caller of an idle limiter asks Redis in its own task
         self._start_queue()
 
-    @property
-    def store(self) -> RedisStore:
-        """Where the rates live."""
-        return self._store
-
     # ---- the public API, on the rates in Redis ----
 
     async def __aenter__(self) -> None:
@@ -103,12 +100,12 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         Bucket.acquire(self, amount, timeout).close()  # the amount and the timeout, checked by the engine
         return cast(Coroutine[Any, Any, None], self._acquire(float(amount), None if timeout is None else float(timeout)))
 
-    @on_its_loop
     async def atry_acquire(self, amount: float = 1) -> bool:
         """Takes ``amount`` tokens if every rate has them now (one round trip); False if not, or if
         others wait in this limiter's queue (fair)."""
         x = self._checked_amount(amount)
-        self._check_loop()
+        if asyncio.get_running_loop() is not self._loop:
+            return await self._on_its_loop(self.atry_acquire, x)
         if self._fair and (self._queue or self._asking):
             return False
         if self._store_down():
@@ -205,21 +202,17 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         server's ``Retry-After`` (one round trip)."""
         await self._store_rates.pause(pause_ns(seconds))
 
-    def __repr__(self) -> str:
-        return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "
-                f"burst={self.burst!r}, fair={self.fair!r}, store={self._store!r}) waiting={self.waiting} "
-                f"at {id(self):#x}>")
-
     # ---- waiting ----
 
-    @on_its_loop
     async def _acquire(self, amount: float, timeout: float | None, hold: bool = False) -> bytes | None:
         """Waits for amount; the record of the grant if Redis made it and it is held, else None. Ends by its
         deadline: TimeoutError. The caller of a limiter nobody else waits on asks Redis in its own task (no round
         trip task, no pass to wake it), granted if its tokens were free when the reply came; else that answer, in
         _front, goes with it to the head of the queue the dispatcher of the limiter's loop serves, where the
         waiters that came meanwhile wait behind it."""
-        loop = self._check_loop()
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            return await self._on_its_loop(self._acquire, amount, timeout, hold)
         if not (self._queue or self._slot or self._asking or self._store_down()):
             self._asking, self._lone = True, 1
             sent, wait = loop.time(), -1 if timeout is None else max(0, round(timeout * 1e9))
@@ -269,20 +262,17 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         return len(self._queue) + self._lone
 
     def _asked(self) -> None:
-        """The lone caller's round trip is back: the waiters that came meanwhile, if any, may ask now."""
-        with self._queue_lock:
-            self._asking = False
-            if not self._queue:
-                return
-        self._pass_here()
+        """The lone caller's round trip is back: the waiters that came meanwhile, if any, may ask now. No lock: the
+        queue of a limiter over Redis is touched on its loop's thread only, where every call that waits runs."""
+        self._asking = False
+        if self._queue:
+            self._pass_here()
 
     @on_its_loop
     async def _end_hold_of(self, record: bytes) -> None:
         """Ends a held grant's hold in Redis; should Redis not answer, it ends by itself later (stricter)."""
-        try:
+        with contextlib.suppress(StoreError):
             await self._store_rates.end_hold(record)
-        except StoreError:
-            pass
 
     # ---- the queue's store: round trips to Redis, on the limiter's loop ----
 
@@ -358,11 +348,11 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
     async def _reserve_for(self, ident: int, waiter: Waiter) -> None:
         """A reservation for the head waiter, and, when its grant is due now, the grants of the waiters behind
         it whose tokens are free now too (one round trip)."""
-        loop = asyncio.get_running_loop()
-        sent = loop.time()
+        sent = self._store_now()
         within = None if waiter.deadline == math.inf else waiter.deadline - sent
         wait = -1 if within is None else max(0, round(within * 1e9))
-        followers = self._followers()
+        # up to RUN_MOST - 1 waiters behind it, in queue order; none for a window, whose grants are held one by one
+        followers = [] if self._window else list(itertools.islice(self._queue.items(), 1, RUN_MOST))
         reserved: Reserved | int | None | Exception
         more: list[Reserved] = []
         try:
@@ -375,7 +365,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
             reserved = error
         finally:
             self._asking = False
-        self._settled(self._answered, ident, waiter, followers, reserved, more, sent, loop.time())
+        self._settled(self._answered, ident, waiter, followers, reserved, more, sent, self._store_now())
 
     def _answered(self, ident: int, waiter: Waiter, followers: list[tuple[int, Waiter]],
                   reserved: Reserved | int | None | Exception, more: list[Reserved], sent: float,
@@ -397,42 +387,32 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
             slot = Slot(ident, now + reserved.delay / 1e9, sent + reserved.delay / 1e9, reserved, waiter.amount,
                         waiter.hold)
             if more and now - slot.due <= self._stale_after:
-                self._grant_run([(ident, waiter.amount, reserved), *((i, f.amount, r) for (i, f), r in
-                                                                     zip(followers, more))], now)
+                self._grant_run([(ident, waiter), *followers], [reserved, *more], now)
             else:  # reached stale, a run's followers' grants are lost, as stale ones are; the head's is retaken
                 self._install(slot)
 
-    def _followers(self) -> list[tuple[int, Waiter]]:
-        """The waiters behind the head whose grants the head's round trip may make too, if they are due now:
-        up to RUN_MOST - 1, in queue order; none for a window, whose grants are held one by one."""
-        if self._window:
-            return []
-        return list(itertools.islice(self._queue.items(), 1, RUN_MOST))
-
-    def _grant_run(self, grants: list[tuple[int, float, Reserved]], now: float) -> None:
-        """Grants a run of reservations due now, each to its waiter in queue order; one whose waiter left is
-        spare (``_spare``), once the grants before it are made."""
+    def _grant_run(self, run: list[tuple[int, Waiter]], grants: list[Reserved], now: float) -> None:
+        """Grants a run of reservations due now, each to its waiter of run in queue order; one whose waiter left
+        is spare (``_spare``), once the grants before it are made."""
         spare: list[tuple[float, Reserved]] = []
-        for ident, amount, reserved in grants:
+        for (ident, waiter), reserved in zip(run, grants):
             if ident in self._queue:
                 self._grant_now(ident, now, reserved)
             else:
-                spare.append((amount, reserved))
+                spare.append((waiter.amount, reserved))
         for amount, reserved in spare:
             self._spare(amount, False, reserved, now)
 
     async def _take_afresh(self, slot: Slot, waiter: Waiter) -> None:
         """A stale slot's waiter takes the tokens afresh if they are free now (one round trip), else reserves
         again behind the others."""
-        loop = asyncio.get_running_loop()
         try:
-            fresh: Reserved | int | None | Exception = await self._store_rates.reserve(waiter.amount,
-                                                                                     0, waiter.hold)
+            fresh: Reserved | int | None | Exception = await self._store_rates.reserve(waiter.amount, 0, waiter.hold)
         except Exception as error:
             fresh = error
         finally:
             self._asking = False
-        self._settled(self._retaken, slot.ident, fresh, loop.time())
+        self._settled(self._retaken, slot.ident, fresh, self._store_now())
 
     def _retaken(self, ident: int, fresh: Reserved | int | None | Exception, now: float) -> None:
         if isinstance(fresh, Exception):
@@ -445,11 +425,9 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
             self._restarted = ident  # no room now: it reserves again, behind the others
 
     async def _cancel(self, record: bytes) -> None:
-        """Cancels a reservation in Redis, by the script's rule."""
-        try:
+        """Cancels a reservation in Redis, by the script's rule; should it fail, the tokens stay taken (stricter)."""
+        with contextlib.suppress(StoreError, ValueError):
             await self._store_rates.cancel(record)
-        except (StoreError, ValueError):
-            pass  # the tokens stay taken: stricter, never looser
 
     def _grant_now(self, ident: int, now: float, record: Any, outcome: object = None) -> None:
         """As the queue's, where a held grant's outcome is its record, for the end of its hold."""
@@ -483,8 +461,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
 
     async def _without_store(self, amount: float, *, blocking: bool, error: StoreError | None = None) -> bool:
         """on_error's answer for a call that Redis did not answer (or is not asked now)."""
-        on_error = self._store.on_error
-        if on_error == "raise" or isinstance(error, StoreCorrupt):
+        if self._store.on_error == "raise" or isinstance(error, StoreCorrupt):
             assert error is not None
             raise error
         if error is not None:
@@ -499,21 +476,28 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
 
     # ---- bookkeeping ----
 
+    @on_its_loop
+    async def _on_its_loop(self, call: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        """call(*args), a call made on a loop other than the one this limiter serves (or before it serves one), on
+        the one it serves, else on this one if it may serve it (_check_loop). The calls that run most (acquire,
+        atry_acquire) take this way only then, so that on the loop they serve they go through one coroutine less."""
+        self._check_loop()
+        return await call(*args)
+
     def _check_loop(self) -> asyncio.AbstractEventLoop:
         """The running loop, the one this limiter serves; RuntimeError on another (its Redis client is bound to
         one). After the loop it served closed, the next one: the waiters and round trips of the closed one are
         gone, and a reservation it held is lost."""
-        loop = asyncio.get_running_loop()
-        if self._loop is None or self._loop.is_closed():
-            if self._loop is not None:
+        loop, served = asyncio.get_running_loop(), self._loop
+        if served is None or served.is_closed():
+            self._loop = loop
+            if served is not None:
                 with self._queue_lock:
                     self._slot, self._asking = None, False
                 self._front, self._lone = None, 0
                 self._trips.clear()
-                self._loop = loop
                 self._drop_closed()
-            self._loop = loop
-        elif loop is not self._loop:
+        elif loop is not served:
             raise RuntimeError(OTHER_LOOP)
         return loop
 

@@ -58,11 +58,22 @@ class Slot(NamedTuple):
 
 
 class ReservingLimiter(Limiter[StoreT]):
-    """A limiter over a shared store: the queue and the rules above. A store's limiter gives ``_store_now``, ``_ask``,
-    ``_retake`` and ``_give_back``."""
+    """A limiter over a shared store: the queue and the rules above. A store's limiter sets ``_store`` and gives
+    ``_store_now``, ``_ask``, ``_retake`` and ``_give_back``."""
 
-    __slots__ = ("_queue", "_slot", "_queue_lock", "_idents", "_restarted", "_counts", "_stale_after", "_asking",
-                 "_ready", "_failed")
+    __slots__ = ("_store", "_queue", "_slot", "_queue_lock", "_idents", "_restarted", "_counts", "_stale_after",
+                 "_asking", "_ready", "_failed")
+    _store: StoreT
+
+    @property
+    def store(self) -> StoreT:
+        """Where the rates live."""
+        return self._store
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "
+                f"burst={self.burst!r}, fair={self.fair!r}, store={self._store!r}) waiting={self.waiting} "
+                f"at {id(self):#x}>")
 
     def _start_queue(self) -> None:
         """An empty queue, holding no reservation."""
@@ -330,7 +341,8 @@ class ReservingLimiter(Limiter[StoreT]):
         if waited is not None:
             counts[2] += 1
             counts[3] += waited
-            counts[4] = max(counts[4], waited)
+            if waited > counts[4]:
+                counts[4] = waited
 
     def _stats(self) -> tuple[int, float, int, float, float, int, int]:
         granted, tokens, waits, total, most, cancelled, timeouts = self._counts

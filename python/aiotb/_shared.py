@@ -31,7 +31,7 @@ MOST_AHEAD_NS = 2 ** 56  # how far ahead a limit of the segment may end (shm.h's
 class SharedLimiter(ReservingLimiter[SharedMemoryStore]):
     """``Limiter(..., store=SharedMemoryStore(name))``: see the module's doc."""
 
-    __slots__ = ("_store", "_store_rates", "_segment", "_loop_checked")
+    __slots__ = ("_store_rates", "_segment", "_loop_checked")
 
     def __init__(self, max_rate: float | None = None, time_period: float = 60, *,
                  burst: float | None = None, initial: float | None = None, fair: bool = True,
@@ -51,11 +51,6 @@ class SharedLimiter(ReservingLimiter[SharedMemoryStore]):
         self._start_queue()
         self._share(self._segment, StoreCorrupt)
 
-    @property
-    def store(self) -> SharedMemoryStore:
-        """Where the rates live."""
-        return self._store
-
     # ---- the public API, on the shared rates ----
 
     @property
@@ -71,11 +66,6 @@ class SharedLimiter(ReservingLimiter[SharedMemoryStore]):
             return at_once(self._store_rates.fit_delay(x)) <= 0
         except ValueError:  # above a burst another process set
             return False
-
-    def __repr__(self) -> str:
-        return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "
-                f"burst={self.burst!r}, fair={self.fair!r}, store={self._store!r}) waiting={self.waiting} "
-                f"at {id(self):#x}>")
 
     # ---- waiting ----
 
@@ -147,12 +137,6 @@ class SharedLimiter(ReservingLimiter[SharedMemoryStore]):
     def _busy(self, busy: bool) -> None:
         self._share_busy(busy)
 
-    def _hold(self, amount: float) -> None:
-        return None
-
-    def _end_hold(self, amount: float) -> None:
-        return None
-
     def _fits_at(self, amount: float) -> float:
         """The instant amount would be granted at, s (inf above a burst another process set)."""
         rates = self._store_rates
@@ -187,8 +171,7 @@ class SharedLimiter(ReservingLimiter[SharedMemoryStore]):
 
     def _pause_until(self, when: float) -> None:
         rates = self._store_rates
-        until = _ns(when)
-        at_once(rates.pause(max(0, until - rates.now())))
+        at_once(rates.pause(max(0, _ns(when) - rates.now())))
         with self._queue_lock:
             slot = self._slot
             if slot is not None and _ns(slot.at) < rates.paused_until():  # reserve again, after it
