@@ -282,6 +282,22 @@ def test_a_lone_limiter_takes_every_unit_and_its_burst_at_once(lib: SimpleNamesp
     run(main())
 
 
+def test_a_first_lease_asks_for_every_unit_whichever_call_starts_it(lib: SimpleNamespace, run: Run[None],
+                                                                    redis_url: str) -> None:
+    async def main() -> None:
+        limiter = leased(lib, redis_url, 10, 1, burst=5)
+        assert not await limiter.atry_acquire()  # no lease yet: refused at once, and one asked for
+        for _ in range(200):
+            if limiter.units:
+                break
+            await asyncio.sleep(0.01)
+        assert limiter.units == 16  # alone on the key: its fair share is every unit, as for a first acquire()
+        assert await limiter.atry_acquire()
+        await closed(limiter)
+
+    run(main())
+
+
 def test_the_bound_holds_over_every_holder_as_units_move(run: Run[None], redis_url: str) -> None:
     """Four limiters on one key, coming and going, with tasks that take a token each as fast as they may: at the
     instants the tasks resume, at most burst + rate * t in any interval, and the rate is used."""

@@ -208,7 +208,9 @@ class LeaseKeeper:
         loop = self.loop
         span = self._store.lease
         assert loop is not None and span is not None
-        want = max(1, self._want(loop.time()))  # started by a caller
+        # a first lease, started by a caller: whatever the fair split gives (the caller's demand was counted when
+        # it started the keeper, so none is new here); the next renewal sizes it to the demand
+        want = self._store.units
         while True:
             have = min(self.units, max(self._fair_units, self._least_units()))
             give_back = self._give_back(have) if have < self.units else 0.0
