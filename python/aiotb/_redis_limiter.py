@@ -239,17 +239,20 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
             self._front = (reserved, sent, received)
             timeout = None if timeout is None else max(0.0, timeout - (received - sent))
         dispatcher = self._owners.dispatcher(loop)
-        task = asyncio.current_task()
+        task = asyncio.current_task(loop)  # each look-up of the running loop asks getpid() on 3.11: given here
         self._holding = hold  # read by _enqueue, which the wait below runs before it first suspends
-        deadline = asyncio.timeout(timeout)
-        try:
-            async with deadline:
-                await dispatcher.wait(self, amount, timeout)
-        except TimeoutError:
-            if deadline.expired():  # it left at its deadline: a timeout, not the cancel its leaving counted
-                self._counts[5] -= 1
-                self._counts[6] += 1
-            raise
+        if timeout is None:
+            await dispatcher.wait(self, amount, None)
+        else:
+            deadline = asyncio.timeout(timeout)
+            try:
+                async with deadline:
+                    await dispatcher.wait(self, amount, timeout)
+            except TimeoutError:
+                if deadline.expired():  # it left at its deadline: a timeout, not the cancel its leaving counted
+                    self._counts[5] -= 1
+                    self._counts[6] += 1
+                raise
         outcome = self._outcomes.pop(task, None) if task is not None else None
         fallback = self._store.fallback
         if outcome is _FALLBACK and fallback is not None:
@@ -282,7 +285,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         return loop.time()
 
     def _waiter_extras(self) -> tuple[bool, Any]:
-        return self._holding, asyncio.current_task()
+        return self._holding, asyncio.current_task(self._loop)  # called on that loop: its waiters' only
 
     def _enqueue(self, amount: float, timeout: float | None, handle: Any, owner: object) -> int:
         ident = super()._enqueue(amount, timeout, handle, owner)
