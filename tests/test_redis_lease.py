@@ -448,6 +448,29 @@ def test_settle_gives_back_to_the_units_held_and_a_debt_stays_with_the_key(lib: 
     run(main())
 
 
+def test_settle_passes_the_units_burst_in_one_step(lib: SimpleNamespace, run: Run[None], redis_url: str) -> None:
+    """6 per 1,000 s, two holders: A's share of the units holds a burst of less than 6, yet a grant of 6 (the
+    key's burst) settles at once, on both engines: at 1, its units fill (no more); at 9, 3 more are taken from them
+    (a debt for what they lack)."""
+    async def main() -> None:
+        a = leased(lib, redis_url, 6, 1000, burst=6)
+        b = leased(lib, redis_url, 6, 1000, burst=6)
+        await a.acquire(1)
+        assert a.units == 16
+        waiting = asyncio.create_task(b.acquire(1))
+        await asyncio.wait_for(_until(lambda: 0 < a.units < 16 and waiting.done()), 5)
+        units_burst = 6 * a.units / 16
+        await a.asettle(6, 1)
+        assert await a.read_tokens() == pytest.approx(units_burst, abs=0.05) and a._owed(0) == 0
+        await a.asettle(6, 9)
+        left = units_burst - 3
+        assert await a.read_tokens() == pytest.approx(max(left, 0), abs=0.05)
+        assert a._owed(0) == pytest.approx(max(-left, 0), abs=0.05)
+        await closed(a, b)
+
+    run(main())
+
+
 def test_a_debt_outlives_a_lease_that_lapses(run: Run[None], redis_url: str) -> None:
     """A owes 3 and then cannot renew: its lease lapses at the server, which keeps A's debt for the key and
     charges it to B; A, back, leases afresh without it (the key had it)."""

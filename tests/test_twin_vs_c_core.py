@@ -411,3 +411,46 @@ def test_the_twin_keeps_a_lease_as_the_c_core_does(core, seed):
         replay(pair, ops, [0, 77_968_000_000_000, -5_000_000_000][seed % 3], FIFO)
     finally:
         pair.close()
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_the_twin_settles_grants_above_the_bursts_as_the_c_core_does(core, seed):
+    """A lease's share of a key: bursts of a few tokens, slow enough that a grant of the key's largest amount needs
+    more than MAX_SPAN (up to 1,024 times a burst's need), settled less, the same or more, with grants, credits
+    and time passing between: the same answers and the same state after each, every F within range."""
+    import random
+
+    rng = random.Random(seed)
+    pair = Pair(core)
+    try:
+        burst = [1.0, 3.0, 16.0][seed % 3]
+        ns_per_token = float(_limits_py.MAX_SPAN) / burst / [1, 2, 64][seed // 3 % 3]  # a burst's need near a span
+        assert pair.call("init", ns_per_token, burst, burst, True, FIFO) == (OK, OK)
+        if seed % 2:
+            assert pair.call("add_rate", ns_per_token / 3, burst * 2, burst) == (OK, OK)
+        pair.nrates = 1 + seed % 2
+        largest = burst * 1024
+        assert pair.call("set_largest", largest) == (OK, OK)
+        now, above = [0, 77_968_000_000_000, -5_000_000_000][seed % 3], 0
+        for _ in range(150):
+            op = rng.choice(["settle", "settle", "settle", "take", "credit", "step"])
+            if op == "settle":
+                taken = rng.choice([burst / 2, burst, burst * 1.5, largest / 3, largest, largest * 1.01, 1e300])
+                used = rng.choice([0.0, taken / 2, taken, taken + burst / 4, taken * 2, taken + 1e-9, 1e300])
+                c, py = pair.call("settle", taken, used, False, now)
+                assert c == py, (taken, used)
+                above += c == OK and taken > burst
+            elif op == "take":
+                c, py = pair.call("take", rng.choice([0.5, 1.0, burst]), now)
+                assert c == py
+            elif op == "credit":
+                c, py = pair.call("credit", rng.choice([burst, -burst, largest, -largest]), now)
+                assert c == py
+            else:
+                now += rng.choice([1, 1_000_000_000, 2**50 // 7])  # 150 steps stay within the clock's range
+            in_c, in_py = pair.state()
+            assert in_c == in_py, op
+            assert in_c[-1] == 0, "tb_check() failed"
+        assert above, "no grant above the bursts was settled: the test did not reach the clamp"
+    finally:
+        pair.close()

@@ -119,14 +119,7 @@ class RedisLeaseLimiter(OnItsLoop, Limiter[RedisStore]):
         them; more, taken from them now as debt, which the key keeps should the lease lapse (see _store_lease)."""
         x, y = self._settle_amounts(taken, used)
         self._check_loop()
-        # settled as grants of half the most one grant of the units held may take (of one unit, without a lease):
-        # a debt in one, a refund in as many as it takes
-        step = self.burst * max(1, self._keeper.units) / self._store.units / 2
-        change = y - x
-        while change:
-            part = max(change, -step)
-            Bucket._settle_cost(self, step, step + part, False)
-            change -= part
+        Bucket._settle_cost(self, x, y, False)  # x may pass the units' burst: up to the key's, the core's largest
         if self.waiting:
             self._settle()
         if y > x:

@@ -149,6 +149,16 @@ def _holding(r: Rate, tokens: float, now: int) -> int:
     return _at_tick(now) + _ticks(owed_ns if owed_ns < MAX_SPAN else float(MAX_SPAN))
 
 
+def _settle_change(r: Rate, taken: float, used: float) -> int:
+    """The ticks a rate's F moves by when a grant of taken cost used: the need of used less the need of taken, each
+    rounded up as a grant's was; for taken past MAX_SPAN of need (above every burst), the difference's need (a
+    debt) or its whole ticks (a refund, of which more than a span and a half fills any rate)."""
+    was, is_ = taken * r.ns_per_token, used * r.ns_per_token
+    if was <= float(MAX_SPAN):
+        return _ticks(is_) - _ticks(was)
+    return _ticks(is_ - was) if is_ >= was else -_ticks_down(min(was - is_, 1.5 * float(MAX_SPAN)))
+
+
 def _debt_in_range(f: int, debt_ticks: int, now: int) -> bool:
     """Whether debt more ticks may be taken from the rate at F f at now: the rate then full at most MAX_SPAN
     after now."""
@@ -414,13 +424,13 @@ class Limits:
         grant, or its oldest logged grant of taken, changes likewise (more: the difference logged at now); a
         running limit loses the difference. OK, or EINVAL, changing nothing, for amounts out of range or a
         debt that would take a rate more than MAX_SPAN past now."""
-        if not (0 < taken <= self.max_amount) or not (used >= 0 and math.isfinite(used)) or (held and
-                                                                                           self.window.holds == 0):
+        if not (0 < taken <= self.max_request) or not (used >= 0 and math.isfinite(used)) or (held and
+                                                                                            self.window.holds == 0):
             return EINVAL
         self.anchor(now)
         change = []
         for r, f in zip(self.rates, self.state):
-            step = _ticks(used * r.ns_per_token) - _ticks(taken * r.ns_per_token)
+            step = _settle_change(r, taken, used)
             if step > 0 and not _debt_in_range(f, step, now):
                 return EINVAL
             change.append(step)

@@ -341,16 +341,25 @@ static void change_rates(tb_limits *l, const int64_t *change, tb_ns now)
     }
 }
 
+// The ticks a rate's F moves by when a grant of taken cost used: the need of used less the need of taken, each
+// rounded up as a grant's was; for taken past TB_MAX_SPAN of need (above every burst), the difference's need
+// (a debt) or its whole ticks (a refund, of which more than a span and a half fills any rate).
+static int64_t settle_change(const tb_rate *r, double taken, double used)
+{
+    double was = taken * r->ns_per_token, is = used * r->ns_per_token;
+    if (was <= (double)TB_MAX_SPAN)
+        return tb_ticks(is) - tb_ticks(was);  /* at most INT64_MAX - 0, at least 0 - 2^62: no overflow */
+    return is >= was ? tb_ticks(is - was) : -ticks_down(fmin(was - is, 1.5 * (double)TB_MAX_SPAN));
+}
+
 tb_status tb_limits_settle(tb_limits *l, double taken, double used, bool held, tb_ns now)
 {
-    if (!(taken > 0 && taken <= l->max_amount) || !(used >= 0 && isfinite(used)) || (held && l->window.holds == 0))
+    if (!(taken > 0 && taken <= l->max_request) || !(used >= 0 && isfinite(used)) || (held && l->window.holds == 0))
         return TB_EINVAL;
     tb_limits_anchor(l, now);
     int64_t change[TB_MAX_RATES];
     for (uint32_t i = 0; i < l->nrates; i++) {
-        const tb_rate *r = &l->rates[i];
-        int64_t was = tb_ticks(taken * r->ns_per_token), is = tb_ticks(used * r->ns_per_token);
-        change[i] = is - was;  /* was is at most burst_ticks, is at most INT64_MAX: no overflow */
+        change[i] = settle_change(&l->rates[i], taken, used);
         if (change[i] > 0 && !debt_in_range(l->state[i], change[i], now))
             return TB_EINVAL;
     }

@@ -155,9 +155,10 @@ void tb_limits_take(tb_limits *l, double amount, tb_ns rates_at, tb_ns now);
 bool tb_limits_take_now(tb_limits *l, double amount, tb_ns now);
 /* Gives back amount tokens granted earlier and never used. */
 void tb_limits_refund(tb_limits *l, double amount, tb_ns now);
-/* Settles a grant of taken tokens (0 < taken <= max_amount) whose real cost, known only now, is used (>= 0):
+/* Settles a grant of taken tokens (0 < taken <= max_request) whose real cost, known only now, is used (>= 0):
  * each rate's F moves by the need of used less the need of taken (both rounded up to a tick, as the grant's
- * was), so that it is where a grant of used at the grant's instant would have left it. Less used: given back
+ * was; for a taken whose need passes TB_MAX_SPAN, the need of the difference, or at most a span and a half of
+ * refund, which fills any rate), so that it is where a grant of used at the grant's instant would have left it. Less used: given back
  * as a refund is, never fuller than full at now. That is exact unless a later grant found the rate full, or
  * would have had the grant taken used: F keeps no history, so the difference comes back all the same (as a
  * cancelled waiter's refund does), up to the difference more than exact. Grants counted at what they cost

@@ -374,6 +374,21 @@ static void test_settle(void)
     HOLDS(&l);
     tb_limits_release(&l);
 
+    /* A grant above every burst, up to the largest request (a lease's share of a key's grant): a burst of 2
+     * whose need is half TB_MAX_SPAN, so that the need of 1,024 bursts is far past the span. */
+    double npt = (double)TB_MAX_SPAN / 4;
+    CHECK(tb_limits_init(&l, npt, 2, 2) == TB_OK && tb_limits_set_largest(&l, 2048) == TB_OK);
+    CHECK(tb_limits_settle(&l, 2049, 0, false, 0) == TB_EINVAL && tb_rate_balance(&l.rates[0], l.state[0], 0) == 2);
+    CHECK(tb_limits_settle(&l, 2048, 2048.5, false, 0) == TB_OK);  /* the difference, half a token, as debt */
+    CHECK(tb_rate_balance(&l.rates[0], l.state[0], 0) == 1.5);
+    CHECK(tb_limits_settle(&l, 2048, 2047.75, false, 0) == TB_OK);  /* a quarter back */
+    CHECK(tb_rate_balance(&l.rates[0], l.state[0], 0) == 1.75);
+    CHECK(tb_limits_settle(&l, 2048, 2052.5, false, 0) == TB_EINVAL);  /* 4.5 tokens of debt: past the span */
+    CHECK(tb_rate_balance(&l.rates[0], l.state[0], 0) == 1.75);
+    CHECK(tb_limits_settle(&l, 2048, 0, false, 0) == TB_OK && l.state[0] == tb_full_since(0));  /* all back: full */
+    HOLDS(&l);
+    tb_limits_release(&l);
+
     /* A window: a refund shrinks the oldest logged grant of that size, a debt is logged now; a held grant's
      * hold changes instead, and ends with what it cost (nothing logged for 0). */
     CHECK(tb_limits_init_window(&l, SECOND, 10) == TB_OK);
