@@ -1,4 +1,4 @@
--- What aiotb's two Redis scripts share (sent as the head of each): _redis_gcra.lua keeps rates (GCRA) in one
+-- What aiotb's Redis scripts share (sent as the head of each, after _redis_clock.lua): _redis_gcra.lua keeps rates (GCRA) in one
 -- hash, _redis_window.lua a strict sliding window in a hash and a sorted set. Each decision is one script run:
 -- one round trip, atomic. Time is the server's (TIME), so the clients' clocks do not matter: a client sends
 -- no time, and a server that refuses TIME in scripts cannot hold a limiter.
@@ -39,15 +39,6 @@ local function reply(status, ...)  -- the reply: status and words (integers, or 
         end
     end
     return table.concat(words, ' ')
-end
-
-local function clock_us()  -- now, in microseconds, on the server's clock
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
-local function kept_ms(ms)  -- how long a lease key is kept: ms on clock_us's clock, which is the server's
-    return ms
 end
 
 -- A client with script rights could send any words: each is checked before anything is read or written, and a

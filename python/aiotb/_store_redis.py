@@ -1,7 +1,8 @@
 """``RedisStore``: a limiter's limits in Redis, shared by every process on every host that reaches
 the server: rates in one hash, a window in a hash and a sorted set beside it. Each decision is one
-round trip: a Lua script (``_redis_gcra.lua`` or ``_redis_window.lua``, each after
-``_redis_common.lua``; sent by EVALSHA and loaded again after ``NOSCRIPT``) that reads the server's
+round trip: a Lua script (``_redis_gcra.lua`` or ``_redis_window.lua``, each after ``_redis_clock.lua``
+and ``_redis_common.lua``, the first after ``_redis_gcra_reserve.lua`` as well, its common case; sent by
+EVALSHA and loaded again after ``NOSCRIPT``) that reads the server's
 clock, decides and records. The store sends EVALSHA itself, with two arguments: the client pays
 on every call for redis-py's ``Script`` object and for each argument it sends. This module knows
 where the state lives and nothing of event loops; ``_redis_limiter`` waits."""
@@ -63,16 +64,18 @@ class Script(NamedTuple):
         return cls(text, hashlib.sha1(text.encode("utf-8")).hexdigest())
 
 
-def _scripts(*parts: str) -> dict[str, Script]:
-    """The gcra, window and lease scripts, each after the Lua files of parts."""
+def _scripts(*clock: str) -> dict[str, Script]:
+    """The gcra, window and lease scripts, each the Lua files of its parts: the clock, the common case of the gcra
+    script's reserve (gcra only), what the scripts share, then its own."""
     def text(part: str) -> str:
         return resources.files("aiotb").joinpath(f"_redis_{part}.lua").read_text(encoding="utf-8")
 
-    return {name: Script.of("".join(text(part) for part in (*parts, name))) for name in ("gcra", "window", "lease")}
+    return {name: Script.of("".join(text(part) for part in (*clock, *hot, "common", name)))
+            for name, hot in (("gcra", ("gcra_reserve",)), ("window", ()), ("lease", ()))}
 
 
-_SCRIPTS = _scripts("common")  # on the server's clock
-_CLIENT_CLOCK_SCRIPTS = _scripts("common", "client_clock")  # tests': never loaded by a store made as documented
+_SCRIPTS = _scripts("clock")  # on the server's clock
+_CLIENT_CLOCK_SCRIPTS = _scripts("clock", "client_clock")  # tests': never loaded by a store made as documented
 LEASE_SPANS = (0.05, 3600.0)  # s: the shortest and the longest lease
 MOST_UNITS = 1024  # the most units a lease may split the rates into
 
