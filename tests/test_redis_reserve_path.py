@@ -1,8 +1,9 @@
 """The gcra script's common case (``_redis_gcra_reserve.lua``, read before everything else) against the script
 without it, on random streams of words on one clock: every reply (or error), every stored field and the expiry
 asked are the same, whether a call takes the common case or goes on to the general code. The streams mix what
-leaves the common case (a first call, two rates, a pause, a rate set, a server's limit, more amounts, an epoch
-to move, an amount above the burst, malformed words) with the reserves it answers."""
+leaves the common case (a first call, two rates, a rate set, a server's limit, a malformed more amount, an epoch
+to move, an amount above the burst, malformed words) with the reserves it answers, of one amount or more, paused
+or not."""
 
 from __future__ import annotations
 
@@ -32,13 +33,16 @@ def words(rng: random.Random, records: list[list[str]]) -> str:
     amount = rng.choice([1.0, 0.5, 2.5, 5.0, 6.0, 1e-9, 3.0, 1 / 3])
     wait = rng.choice([-1, 0, 0, 999_999, 1_000_000, 10_000_000, 2**53])
     kind = rng.random()
-    if kind < 0.6:
+    if kind < 0.55:
         return f"reserve {amount!r} {wait} {rng.choice('01')}"
-    if kind < 0.65:
-        return rng.choice([f"reserve {amount!r} 0 0 1.0 0.5", "reserve -1.0 0 0", "reserve nan 0 0",
+    if kind < 0.7:  # more amounts, granted while each is due now; the first malformed one seen is refused
+        more = rng.choices(["1.0", "0.5", "2.5", "6.0", "1e-9", "nan", "-1", "x"], [6, 6, 3, 1, 1, 1, 1, 1], k=8)
+        return f"reserve {amount!r} {wait} 0 " + " ".join(more[:rng.randrange(1, 9)])
+    if kind < 0.75:
+        return rng.choice(["reserve -1.0 0 0", "reserve nan 0 0",
                            "reserve inf 0 0", "reserve 1.0 0.5 0", "reserve 1.0 -2 0", f"reserve  {amount!r} 0 0",
                            "reserve 0x10 0 0", "reserve 1.0 0 0 ", "reserve 1.0 1e3 1"])
-    if kind < 0.7 and records:
+    if kind < 0.8 and records:
         return "cancel " + " ".join(rng.choice(records))
     return rng.choice([f"pause {rng.choice([0, 1000, 3_000_000])}", f"settle {min(amount, 2.5)!r} {amount * 2!r}",
                        f"settle {min(amount, 2.5)!r} 0.0", "tokens", f"fit {amount!r}",
