@@ -62,7 +62,7 @@ class ReservingLimiter(Limiter[StoreT]):
     ``_store_now``, ``_ask``, ``_retake`` and ``_give_back``."""
 
     __slots__ = ("_store", "_queue", "_slot", "_queue_lock", "_idents", "_restarted", "_counts", "_stale_after",
-                 "_asking", "_ready", "_failed")
+                 "_asking", "_ready", "_failed", "_most_queued")
     _store: StoreT
 
     @property
@@ -85,6 +85,7 @@ class ReservingLimiter(Limiter[StoreT]):
         self._asking = False  # a reservation's round trip is on its way: its answer goes on from there
         self._ready: list[tuple[Waiter, Any]] = []  # grants settled (and their records), for the next pass to hand out
         self._failed: list[tuple[Any, BaseException]] = []  # waiters failed, for the next pass to fail
+        self._most_queued = 0.0  # at least the largest amount queued: from it up, a new burst strands a waiter
         # granted, granted tokens, waits, wait s total, wait s max, cancelled, timeouts
         self._counts: list[float] = [0, 0.0, 0, 0.0, 0.0, 0, 0]
         self._owners.holds = True  # the dispatcher's passes fail what the engine strands
@@ -133,6 +134,8 @@ class ReservingLimiter(Limiter[StoreT]):
                     raise TimeoutError(f"{amount!r} tokens cannot be granted within {timeout!r} s")
             if not self._queue:
                 self._busy(True)  # first: a newcomer on another thread must not take ahead of it
+                self._most_queued = 0.0
+            self._most_queued = max(self._most_queued, amount)
             ident = next(self._idents)
             self._queue[ident] = Waiter(handle, owner, amount, deadline, now, *self._waiter_extras())
         return ident
@@ -234,6 +237,8 @@ class ReservingLimiter(Limiter[StoreT]):
     def _withdraw_stranded(self) -> tuple[Any, bool] | None:
         with self._queue_lock:
             burst = self.burst  # after set_rate: waiters above the new burst can never be granted
+            if self._most_queued <= burst:  # none is: every pass asks, and this answers without the queue
+                return None
             for ident, waiter in self._queue.items():
                 if waiter.amount > burst and (self._slot is None or self._slot.ident != ident):
                     self._remove(ident)
