@@ -162,38 +162,6 @@ def test_acquire_blocking_waits_for_its_turn(lib):
     assert limiter.stats().granted == 2 and limiter.stats().waits == 2
 
 
-def test_a_blocked_thread_that_resumes_late_uses_its_grant_as_of_then(lib, monkeypatch):
-    """A thread granted by a loop's pass that gets the interpreter back only 200 ms later (its wake slowed here,
-    as other threads holding the interpreter would slow it) uses its grant late: the refill it waited through is
-    spent first (the engine's reckon_late), as for the tasks of a loop that stalled, so that no one uses that
-    refill beside it."""
-    reckoned: list[tuple[int, float]] = []
-
-    class Watched(lib.Limiter):  # type: ignore[name-defined,misc]
-        __slots__ = ()
-
-        def _reckon_late(self, amount: float) -> None:
-            reckoned.append((threading.get_ident(), amount))
-            super()._reckon_late(amount)
-
-    waiter_class = lib.package._owners.ThreadWaiter
-    woken = waiter_class.sleep
-
-    def slowly(self: Any, seconds: float | None) -> None:
-        woken(self, seconds)
-        time.sleep(0.2)
-
-    monkeypatch.setattr(waiter_class, "sleep", slowly)
-    limiter = Watched(100, 1, burst=1, initial=0)  # the thread's token comes 10 ms on
-    thread = threading.Thread(target=limiter.acquire_blocking)
-    thread.start()
-    time.sleep(0.02)  # its token is due: the loop's first pass grants it, and wakes the thread
-    asyncio.run(limiter.acquire())
-    thread.join(JOIN)
-    assert not thread.is_alive() and limiter.stats().granted == 2
-    assert (thread.ident, 1.0) in reckoned
-
-
 def test_async_limiter_blocks_as_aiolimiter_acquires(lib):
     limiter = lib.AsyncLimiter(20, 1)
     for _ in range(20):

@@ -19,7 +19,7 @@ from asyncio import events
 from typing import TYPE_CHECKING, Any
 
 from ._core import MAX_SPAN
-from ._dispatch import STALLED_AFTER, Dispatcher
+from ._dispatch import Dispatcher
 
 if TYPE_CHECKING:
     from ._core import Bucket
@@ -36,13 +36,12 @@ class ThreadWaiter:
     """A blocked thread's place in the queue; its own owner. It sleeps on a lock that whoever grants
     it, or re-times it, releases."""
 
-    __slots__ = ("_wake", "_outcome", "granted_at")
+    __slots__ = ("_wake", "_outcome")
 
     def __init__(self) -> None:
         self._wake = threading.Lock()
         self._wake.acquire()
         self._outcome: dict[str, object] = {}  # "first": what came first, the grant, a failure or giving up
-        self.granted_at = 0.0  # time.monotonic() when its grant was handed to it
 
     def get_loop(self) -> None:
         """No event loop: the thread itself is woken."""
@@ -151,7 +150,6 @@ class Owners:
         for waiter, amount in granted:
             home = waiter.get_loop()
             if home is None:
-                waiter.granted_at = time.monotonic()  # before the grant: a thread that sees it sees this too
                 if waiter.settle(_GRANTED) is _GRANTED:
                     waiter.wake()
                 else:  # it gave up meanwhile
@@ -233,9 +231,6 @@ class Owners:
                 at = self._grant_due_from(waiter)
                 outcome = waiter.outcome
                 if outcome is _GRANTED:
-                    # resumed late (the interpreter given to other threads): used now, as a stalled loop's tasks
-                    if time.monotonic() - waiter.granted_at > STALLED_AFTER or self.exact_use:
-                        bucket._reckon_late(amount)
                     return
                 if isinstance(outcome, BaseException):
                     raise outcome
