@@ -1,6 +1,6 @@
--- What aiotb's Redis scripts share (sent as the head of each, after _redis_clock.lua): _redis_gcra.lua keeps rates (GCRA) in one
--- hash, _redis_window.lua a strict sliding window in a hash and a sorted set. Each decision is one script run:
--- one round trip, atomic. Time is the server's (TIME), so the clients' clocks do not matter: a client sends
+-- What aiotb's Redis scripts share (sent as the head of each, after _redis_clock.lua): _redis_gcra.lua keeps rates
+-- (GCRA) in one hash, _redis_window.lua a strict sliding window in a hash and a sorted set. Each decision is one
+-- script run: one round trip, atomic. Time is the server's (TIME), so the clients' clocks do not matter: a client sends
 -- no time, and a server that refuses TIME in scripts cannot hold a limiter.
 --
 -- Lua's numbers are doubles, exact for integers below 2^53. Instants are integer nanoseconds after the hash's

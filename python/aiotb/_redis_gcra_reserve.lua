@@ -14,8 +14,8 @@ do
             local from = p and p > now and p or now  -- the pause's end, or now
             local need = math.ceil(amount * t)
             local at = math.max(from, f - (k - need))
-            local INT = string.format('%d', 2 ^ 53 + 2) == '9007199254740994' and '%d' or '%.0f'
             if now < 2 ^ 50 and amount <= b then  -- else the epoch moves, or EINVAL
+                local INT = string.format('%d', 2 ^ 53 + 2) == '9007199254740994' and '%d' or '%.0f'
                 if (wait >= 0 and at - now > wait) or at - now > 2 ^ 51 then
                     return string.format('3 ' .. INT, at - now)
                 end

@@ -158,17 +158,16 @@ void tb_limits_refund(tb_limits *l, double amount, tb_ns now);
 /* Settles a grant of taken tokens (0 < taken <= max_request) whose real cost, known only now, is used (>= 0):
  * each rate's F moves by the need of used less the need of taken (both rounded up to a tick, as the grant's
  * was; for a taken whose need passes TB_MAX_SPAN, the need of the difference, or at most a span and a half of
- * refund, which fills any rate), so that it is where a grant of used at the grant's instant would have left it. Less used: given back
- * as a refund is, never fuller than full at now. That is exact unless a later grant found the rate full, or
- * would have had the grant taken used: F keeps no history, so the difference comes back all the same (as a
- * cancelled waiter's refund does), up to the difference more than exact. Grants counted at what they cost
- * then stay within burst + rate * t of the first reading of the clock; an interval that starts after the
- * grant may see up to the difference more. More used: the difference is taken now, fitting or not, as debt
- * that delays every later grant. The window: a held grant's hold changes by used - taken; otherwise, less used
- * shrinks the oldest logged grant of taken (or nothing, if none is logged), more used logs the difference
- * at now. A running limit_until loses the difference (never below 0) and gains nothing back. Returns TB_OK,
- * or TB_EINVAL, changing nothing, for amounts out of range or a debt that would take a rate more than
- * TB_MAX_SPAN past now. */
+ * refund, which fills any rate), so that it is where a grant of used at the grant's instant would have left it.
+ * Less used: given back as a refund is, never fuller than full at now. That is exact unless a later grant found the
+ * rate full, or would have had the grant taken used: F keeps no history, so the difference comes back all the same
+ * (as a cancelled waiter's refund does), up to the difference more than exact. Grants counted at what they cost
+ * then stay within burst + rate * t of the first reading of the clock; an interval that starts after the grant may
+ * see up to the difference more. More used: the difference is taken now, fitting or not, as debt that delays every
+ * later grant. The window: a held grant's hold changes by used - taken; otherwise, less used shrinks the oldest
+ * logged grant of taken (or nothing, if none is logged), more used logs the difference at now. A running
+ * limit_until loses the difference (never below 0) and gains nothing back. Returns TB_OK, or TB_EINVAL, changing
+ * nothing, for amounts out of range or a debt that would take a rate more than TB_MAX_SPAN past now. */
 tb_status tb_limits_settle(tb_limits *l, double taken, double used, bool held, tb_ns now);
 /* Grants of amount, taken earlier, are used only now: each rate keeps no more than it would hold had
  * they been taken now (at least amount's need, at most its burst, short of full), spending the refill
