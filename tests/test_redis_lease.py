@@ -11,7 +11,7 @@ import os
 import signal
 import time
 from types import SimpleNamespace
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar, cast
 
 import aiotb
 import pytest
@@ -656,15 +656,75 @@ def test_penalize_pauses_here_at_once_and_other_holders_as_they_renew(run: Run[N
                     granted[id(limiter)].append(loop.time())
 
         takers = asyncio.ensure_future(asyncio.gather(take(a), take(b)))
-        await asyncio.sleep(0.2)
-        paused_at = loop.time()
-        await a.apenalize(0.6)
-        await takers
+        try:
+            await asyncio.sleep(0.2)
+            paused_at = loop.time()
+            await a.apenalize(0.6)
+            set_by = loop.time()  # the key is paused by now
+            await takers
+        finally:
+            await closed(a, b)
         assert not [t for t in granted[id(a)] if paused_at < t < paused_at + 0.6]
-        seen_by = paused_at + 0.3 / 3 + 0.15  # b renews within a third of the span
+        seen_by = set_by + 0.3 / 3 + 0.15  # b's answers grant for a third of the span after b asked
         assert not [t for t in granted[id(b)] if seen_by < t < paused_at + 0.6]
         assert [t for t in granted[id(b)] if t > paused_at + 0.6]  # and goes on after it
-        await closed(a, b)
+
+    run(main())
+
+
+class LateReader(aiotb.RedisStore):
+    """A leased store that reads one answer late: once ``then`` is set, the next renewal's answer is read
+    ``late`` s after the server gave it, and ``then()`` runs between the two."""
+
+    then: Callable[[], Awaitable[None]] | None = None
+    late = 0.0
+
+    def bind_lease(self, rates: Any) -> RedisLease:
+        return LateLease(self, super().bind_lease(rates).definition)
+
+
+class LateLease(RedisLease):
+    """The lease of a LateReader store."""
+
+    async def lease_units(self, *args: Any) -> Any:
+        answer = await super().lease_units(*args)
+        store = cast(LateReader, self.store)
+        then, store.then = store.then, None
+        if then is not None:
+            await then()
+            await asyncio.sleep(store.late)
+        return answer
+
+
+def test_a_pause_reaches_a_holder_that_reads_its_answer_late(run: Run[None], redis_url: str) -> None:
+    """B's renewal is answered, A pauses the key, and B reads that answer 0.25 s later (as a stalled loop would):
+    an answer grants for a third of the span after it was asked for, so B grants nothing in the pause past
+    that, and goes on after it."""
+    async def main() -> None:
+        a = leased(aiotb, redis_url, 100, 1, burst=10, lease=0.3)
+        store = LateReader(redis_url, KEY, lease=0.3, units=16, on_error="raise")
+        b = aiotb.Limiter(100, 1, burst=10, store=store)
+        await a.acquire()
+        await b.acquire()
+        loop = asyncio.get_running_loop()
+        paused: list[float] = []
+
+        async def pause() -> None:
+            await a.apenalize(0.6)
+            paused.append(loop.time())  # the key is paused by now; B asked before
+
+        store.then, store.late = pause, 0.25
+        stop = loop.time() + 1.2
+        granted: list[float] = []
+        try:
+            while loop.time() < stop:
+                async with b:
+                    granted.append(loop.time())
+        finally:
+            await closed(a, b)
+        assert paused
+        assert not [t for t in granted if paused[0] + 0.3 / 3 + 0.05 < t < paused[0] + 0.6]
+        assert [t for t in granted if t > paused[0] + 0.6]
 
     run(main())
 

@@ -8,16 +8,17 @@ in-process ``Limiter`` does (its queue, order, cancellation, the dispatcher of i
 sums to at most the whole, and units move between holders without making a token, so the bound
 ``burst + rate * t`` holds over every holder of the key together.
 
-A task of the limiter's loop (the keeper) renews the lease every third of its span, asking for the units its
-demand needs (its grants and refusals since the last renewal, with a quarter more; all it may get while its
-callers wait for more than it holds). The script answers with a max-min fair split of the units over the holders'
-wants: a holder above its share gives the rest back at its next call, a holder below it takes free units. The
-engine grants from the units only until the lease ends by the holder's own clock, a span after it sent the call
-that renewed it (less a thousandth, for clocks that run at different rates), which is never after the server's
-end of it: from then on it grants nothing (its waiters wait for the next lease), and a grant whose task resumes
-only after that end is not used (its caller waits again). A holder that misses its renewal (a stall, Redis away)
-loses its units at the server's end, empty: another holder refills them from then, so the tokens this holder
-kept from before its end were its own.
+A task of the limiter's loop (the keeper) renews the lease every third of its span, a round trip early: an answer
+grants for a third of a span after its call, so that a pause the key got meanwhile reaches every holder by then,
+however late it reads the answer. It asks for the units its demand needs (its grants and refusals since the last
+renewal, with a quarter more; all it may get while its callers wait for more than it holds). The script answers
+with a max-min fair split of the units over the holders' wants: a holder above its share gives the rest back at its
+next call, a holder below it takes free units. The engine grants from the units only until the lease ends by the
+holder's own clock, a span after it sent the call that renewed it (less a thousandth, for clocks that run at
+different rates), which is never after the server's end of it: from then on it grants nothing (its waiters wait for
+the next lease), and a grant whose task resumes only after that end is not used (its caller waits again). A holder
+that misses its renewal (a stall, Redis away) loses its units at the server's end, empty: another holder refills
+them from then, so the tokens this holder kept from before its end were its own.
 
 A grant settled for more than it took (``asettle``) is a debt of the units held, which delays their next grants.
 The key keeps what a holder owes (told with each renewal, and at once by a settle whose debt would outlast the
@@ -28,7 +29,8 @@ What it costs against one round trip a grant: order is first come first served w
 only when their holders renew, so a newcomer may wait up to a third of a span for units that others hold, and an
 idle holder's share of the burst is not anyone else's until it gives it back; a grant must fit in the holder's
 share of the burst, so a large amount waits until its holder holds enough units; a pause (``penalize``) reaches
-the other holders as they renew; a timeout is waited out (when units come is not known in advance)."""
+the other holders as they renew, within a third of a span; a timeout is waited out (when units come is not
+known in advance)."""
 
 from __future__ import annotations
 
@@ -76,7 +78,8 @@ class LeaseKeeper:
     doc."""
 
     __slots__ = ("_store", "_lease", "_engine", "_rates", "holder", "units", "_fair_units", "valid_until", "loop",
-                 "_task", "_news", "_asking", "_refused", "_demand_mark", "_renewed_at", "_trip", "_told")
+                 "_task", "_news", "_asking", "_refused", "_demand_mark", "_renewed_at", "_trip", "_told",
+                 "_asked_at")
 
     def __init__(self, store: RedisStore, rates: Sequence[tuple[float, float, float]], engine: Engine) -> None:
         self._store = store
@@ -96,6 +99,7 @@ class LeaseKeeper:
         self._renewed_at = 0.0  # loop time of the last renewal
         self._trip = asyncio.Lock()  # one call that moves units or a debt at a time, its answer applied in it
         self._told = 0.0  # what the key keeps of this limiter's debt, at least: it takes that if the lease lapses
+        self._asked_at = 0.0  # loop time the last answer applied was asked for
 
     @property
     def lease(self) -> RedisLease:
@@ -227,8 +231,8 @@ class LeaseKeeper:
                 continue  # units to give back: at once, asking as before
             starved = self._asking and (lease.units < want or lease.units < self._least_units())
             delay = span * (STARVED_EVERY if starved else RENEW_EVERY)
-            self._engine._grant_until(min(self.valid_until, loop.time() + delay))  # from then, none until renewed
-            await asyncio.sleep(delay)
+            trip = loop.time() - self._asked_at
+            await asyncio.sleep(max(0.0, delay - 2 * trip))  # the next answer is due as this one stops granting
             want = self._want(loop.time())
             if not want:
                 await self._release_idle()
@@ -296,7 +300,10 @@ class LeaseKeeper:
             self._told -= lease.tokens
         self.units, self._fair_units = lease.units, lease.share
         self.valid_until = sent + span * (1 - MARGIN) if lease.units else received
-        engine._grant_until(self.valid_until)
+        self._asked_at = sent
+        # an answer grants for a third of a span after its call, however late it was read: a pause the key got
+        # meanwhile reaches this holder by then
+        engine._grant_until(min(self.valid_until, sent + span * RENEW_EVERY))
         if lease.pause_ns:
             engine._pause_until(received + lease.pause_ns / 1e9)
         engine._settle()
