@@ -81,7 +81,7 @@ class Dispatcher:
         queued, it leaves the queue; cancelled after its grant, it gives the tokens back.
 
         A newcomer queued behind a waiter of this loop runs no grant pass: the timer does, when the
-        loop gets to it. Were newcomers to grant an overdue timer's waiters while the loop is busy
+        loop gets to it, or the pass that settles a store's answer on its way (``owners.asking``). Were newcomers to grant an overdue timer's waiters while the loop is busy
         (thousands arriving in one iteration), those tasks could resume only after that iteration,
         all together: a burst over the bound where the server sees it."""
         owners, loop = self.owners, self.loop
@@ -89,10 +89,10 @@ class Dispatcher:
         ahead = self._unresumed  # granted before this request came, and not resumed yet
         ident = bucket._enqueue(amount, timeout, granted, self)
         try:
-            if self._timer_at is None or not owners.queued_last:
+            if self._timer_at is None and not owners.asking or not owners.queued_last:
                 first = self.guarded()
-            else:  # queued last, behind a waiter of this loop: its timer stands, even overdue (the loop busy)
-                first = None
+            else:  # queued last, behind a waiter of this loop: its timer stands, even overdue (the loop busy), or
+                first = None  # the store's answer for it is on its way, and its pass comes with it
             if granted.done() and (ahead or first is not granted):
                 # granted at once, behind grants whose tasks have not resumed (the loop ran late): their
                 # tasks, woken first, resume first, as their grants came first

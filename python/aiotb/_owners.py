@@ -76,7 +76,7 @@ class Owners:
     """The dispatchers and blocked threads of one limiter (``bucket``)."""
 
     __slots__ = ("_bucket", "dispatchers", "sleepers", "last", "warn_on_reuse", "queued_last", "precise", "holds",
-                 "exact_use")
+                 "exact_use", "asking")
 
     def __init__(self, bucket: Bucket, warn_on_reuse: bool, queued_last: bool) -> None:
         self._bucket: weakref.ref[Bucket] = weakref.ref(bucket)  # weak: no cycle keeps a limiter alive
@@ -88,6 +88,7 @@ class Owners:
         self.precise: bool = True  # short waits want the precise timer: a late wake-up would cost the limits tokens
         self.holds: bool = False  # grants may be held in use (a window): a waiter's deadline can pass in the queue
         self.exact_use: bool = False  # every resume is reckoned, not only after a stall: rates others share too
+        self.asking: bool = False  # a store's answer is on its way, and a pass of the loop that asked settles it
 
     @property
     def bucket(self) -> Bucket:

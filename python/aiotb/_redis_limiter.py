@@ -42,6 +42,7 @@ T = TypeVar("T")
 RUN_MOST = 64  # the most grants one round trip makes: the head's and those due with it
 RETRY_AFTER = 1.0  # s: with on_error "allow" or a fallback, how long Redis is left alone after it failed
 _FALLBACK = object()  # a grant's outcome: take from the fallback limiter
+_NOT_HOLDING = (False, None)  # RedisLimiter._holding between waits: no hold, no task
 
 
 class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
@@ -71,7 +72,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         self._held: list[bytes] = []  # records of grants held by `async with` blocks (a window's)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._down_until = -1.0
-        self._holding = False  # the waiter being queued holds its grant (a window's `async with`)
+        self._holding: tuple[bool, Any] = _NOT_HOLDING  # the waiter being queued: its hold, its task
         self._outcomes: weakref.WeakKeyDictionary[asyncio.Task[Any], object] = weakref.WeakKeyDictionary()
         self._trips: set[asyncio.Task[None]] = set()  # round trips on their way, each settling its answer
         self._front: tuple[Reserved | int, float, float] | None = None  # the lone caller's answer, sent, received
@@ -240,7 +241,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
             timeout = None if timeout is None else max(0.0, timeout - (received - sent))
         dispatcher = self._owners.dispatcher(loop)
         task = asyncio.current_task(loop)  # each look-up of the running loop asks getpid() on 3.11: given here
-        self._holding = hold  # read by _enqueue, which the wait below runs before it first suspends
+        self._holding = (hold, task)  # read by _enqueue, which the wait below runs before it first suspends
         if timeout is None:
             await dispatcher.wait(self, amount, None)
         else:
@@ -253,9 +254,8 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
                     self._counts[5] -= 1
                     self._counts[6] += 1
                 raise
-        outcome = self._outcomes.pop(task, None) if task is not None else None
-        fallback = self._store.fallback
-        if outcome is _FALLBACK and fallback is not None:
+        outcome = self._outcomes.pop(task, None) if self._outcomes and task is not None else None
+        if outcome is _FALLBACK and (fallback := self._store.fallback) is not None:
             await fallback.acquire(amount)
         return outcome if hold and isinstance(outcome, bytes) else None
 
@@ -285,10 +285,11 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         return loop.time()
 
     def _waiter_extras(self) -> tuple[bool, Any]:
-        return self._holding, asyncio.current_task(self._loop)  # called on that loop: its waiters' only
+        return self._holding
 
     def _enqueue(self, amount: float, timeout: float | None, handle: Any, owner: object) -> int:
         ident = super()._enqueue(amount, timeout, handle, owner)
+        self._holding = _NOT_HOLDING  # the task is the waiter's now, not the limiter's
         front, self._front = self._front, None
         if front is not None:  # the lone caller's answer came: it goes first, with it
             with self._queue_lock:

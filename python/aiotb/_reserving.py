@@ -62,13 +62,23 @@ class ReservingLimiter(Limiter[StoreT]):
     ``_store_now``, ``_ask``, ``_retake`` and ``_give_back``."""
 
     __slots__ = ("_store", "_queue", "_slot", "_queue_lock", "_idents", "_restarted", "_counts", "_stale_after",
-                 "_asking", "_ready", "_failed", "_most_queued")
+                 "_ready", "_failed", "_most_queued")
     _store: StoreT
 
     @property
     def store(self) -> StoreT:
         """Where the rates live."""
         return self._store
+
+    @property
+    def _asking(self) -> bool:
+        """A reservation's round trip is on its way: its answer goes on from there, with a pass of the dispatcher
+        of the loop that asked (the owners' flag, so that a waiter queued meanwhile leaves the pass to it)."""
+        return self._owners.asking
+
+    @_asking.setter
+    def _asking(self, asking: bool) -> None:
+        self._owners.asking = asking
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__}(max_rate={self.max_rate!r}, time_period={self.time_period!r}, "
@@ -82,7 +92,6 @@ class ReservingLimiter(Limiter[StoreT]):
         self._queue_lock = threading.Lock()  # the queue and the slot: loops and threads of this process share them
         self._idents = itertools.count(1)
         self._restarted = 0  # the waiter that gave up a stale reservation last (0: none)
-        self._asking = False  # a reservation's round trip is on its way: its answer goes on from there
         self._ready: list[tuple[Waiter, Any]] = []  # grants settled (and their records), for the next pass to hand out
         self._failed: list[tuple[Any, BaseException]] = []  # waiters failed, for the next pass to fail
         self._most_queued = 0.0  # at least the largest amount queued: from it up, a new burst strands a waiter
