@@ -390,6 +390,26 @@ def test_one_round_trip_grants_every_queued_waiter_whose_tokens_are_free_now(run
     run(main())
 
 
+def test_tasks_that_call_again_at_once_share_one_round_trip(run: Run[None], redis_url: str) -> None:
+    """16 tasks loop acquire(): each round trip grants all 16, whose tasks come back for the next one together. The
+    first of them back does not ask Redis alone (its round trip would grant it only, and the 15 the next), as the
+    waiters granted and not resumed yet are about to queue behind it."""
+    async def main() -> None:
+        limiter, client = counted_on(redis_url, 1e6, 1, burst=1e6)
+
+        async def take() -> None:
+            for _ in range(10):
+                await limiter.acquire()
+
+        await asyncio.gather(*(take() for _ in range(16)))
+        # the first alone, in its own task, the 15 others in the next trip, then 16 a trip: 11, and 20 with a trip
+        # of one in each round
+        assert limiter.stats().granted == 160 and client.trips == 11
+        await closed(limiter, None)
+
+    run(main())
+
+
 @pytest.mark.parametrize("next_amount, given_to_next", [(1, True), (2, False)])
 def test_a_grant_whose_waiter_left_during_the_round_trip_goes_on_or_back(run: Run[None], redis_url: str,
                                                                        next_amount: int, given_to_next: bool) -> None:

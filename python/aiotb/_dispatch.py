@@ -81,7 +81,8 @@ class Dispatcher:
         queued, it leaves the queue; cancelled after its grant, it gives the tokens back.
 
         A newcomer queued behind a waiter of this loop runs no grant pass: the timer does, when the
-        loop gets to it, or the pass that settles a store's answer on its way (``owners.asking``). Were newcomers to grant an overdue timer's waiters while the loop is busy
+        loop gets to it, or the pass that settles a store's answer on its way (``owners.asking``).
+        Were newcomers to grant an overdue timer's waiters while the loop is busy
         (thousands arriving in one iteration), those tasks could resume only after that iteration,
         all together: a burst over the bound where the server sees it."""
         owners, loop = self.owners, self.loop
@@ -229,6 +230,11 @@ class Dispatcher:
         if now - self._last_seen > STALLED_AFTER or self.owners.exact_use:
             self.owners.bucket._reckon_late(self._unresumed_tokens)
         self._last_seen = now
+
+    @property
+    def resuming(self) -> bool:
+        """Tasks whose grants this loop resolved have not resumed yet: their wake-ups are queued."""
+        return self._unresumed > 0
 
     def resumed(self) -> None:
         """A task whose grant this loop resolved has resumed (or never will): newcomers need not wait

@@ -99,7 +99,8 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         """Waits for ``amount`` tokens from Redis; with ``timeout``, TimeoutError at once, taking
         nothing, if they cannot come within it."""
         Bucket.acquire(self, amount, timeout).close()  # the amount and the timeout, checked by the engine
-        return cast(Coroutine[Any, Any, None], self._acquire(float(amount), None if timeout is None else float(timeout)))
+        seconds = None if timeout is None else float(timeout)
+        return cast(Coroutine[Any, Any, None], self._acquire(float(amount), seconds))
 
     async def atry_acquire(self, amount: float = 1) -> bool:
         """Takes ``amount`` tokens if every rate has them now (one round trip); False if not, or if
@@ -207,14 +208,16 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
 
     async def _acquire(self, amount: float, timeout: float | None, hold: bool = False) -> bytes | None:
         """Waits for amount; the record of the grant if Redis made it and it is held, else None. Ends by its
-        deadline: TimeoutError. The caller of a limiter nobody else waits on asks Redis in its own task (no round
-        trip task, no pass to wake it), granted if its tokens were free when the reply came; else that answer, in
-        _front, goes with it to the head of the queue the dispatcher of the limiter's loop serves, where the
-        waiters that came meanwhile wait behind it."""
+        deadline: TimeoutError. The caller of a limiter nobody else waits on (none queued or asking, and no task
+        granted here still to resume: those come back at once, and share a round trip in the queue) asks Redis in
+        its own task (no round trip task, no pass to wake it), granted if its tokens were free when the reply came;
+        else that answer, in _front, goes with it to the head of the queue the dispatcher of the limiter's loop
+        serves, where the waiters that came meanwhile wait behind it."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             return await self._on_its_loop(self._acquire, amount, timeout, hold)
-        if not (self._queue or self._slot or self._asking or self._store_down()):
+        here = self._owners.dispatchers.get(loop)
+        if not (self._queue or self._slot or self._asking or (here and here.resuming) or self._store_down()):
             self._asking, self._lone = True, 1
             sent, wait = loop.time(), -1 if timeout is None else max(0, round(timeout * 1e9))
             try:
