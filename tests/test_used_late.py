@@ -87,3 +87,20 @@ def test_grants_given_back_before_their_tasks_resumed_are_not_reckoned(lib, vrun
     late = 0.020 + 0.016
     assert uses[0] == 0.020 and uses.count(late) == 20  # the 9 late, and the 11 a full bucket has left beside them
     assert most_over_the_bound(uses) <= 1e-9
+
+
+def test_more_than_a_burst_used_late_leaves_the_rate_owing_the_rest(lib, vrun):
+    """Grants other loops made for a loop that stalled (posted to it, pass after pass) can come to more than a
+    burst: used at once, they stand beside the next second's refill, so the rate owes what is beyond its burst
+    and the next grant waits until that has refilled too. Here 50 grants are used late, on a full rate of 20."""
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        limiter = lib.Limiter(RATE, 1, burst=BURST)
+        await limiter.acquire()  # the limiter now reads this loop's clock; 19 of 20 left
+        limiter._reckon_late(50)  # as the dispatcher does for a stalled loop's 50 unresumed grants
+        start = loop.time()
+        await limiter.acquire()
+        return loop.time() - start
+
+    assert vrun(main()) == pytest.approx(0.031)  # 30 owed, then 1 to take: 31 ms at 1,000/s

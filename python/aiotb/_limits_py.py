@@ -443,12 +443,12 @@ class Limits:
 
     def reckon_late(self, amount: float, now: int) -> None:
         """Grants of amount, taken earlier, are used only now: each rate keeps no more than it would hold had
-        they been taken now (at least amount's need, at most its burst, short of full), spending the refill
-        they waited through that it could not have held beside them (the bound at the moment of use); the
-        window is left as it is."""
+        they been taken now (amount's need short of full: in debt for more than its burst), spending the
+        refill they waited through that it could not have held beside them (the bound at the moment of use);
+        the window is left as it is."""
         self.anchor(now)
         for i, r in enumerate(self.rates):
-            taken_now = _at_tick(now) + min(_ticks(amount * r.ns_per_token), r.burst_ticks)
+            taken_now = _holding(r, r.burst - amount, now)
             if self.state[i] < taken_now:
                 self.state[i] = taken_now
         _debug_check(self)

@@ -375,9 +375,7 @@ void tb_limits_reckon_late(tb_limits *l, double amount, tb_ns now)
 {
     tb_limits_anchor(l, now);
     for (uint32_t i = 0; i < l->nrates; i++) {
-        const tb_rate *r = &l->rates[i];
-        int64_t need = tb_ticks(amount * r->ns_per_token);
-        tb_gcra taken_now = tb_at_tick(now) + (need < r->burst_ticks ? need : r->burst_ticks);
+        tb_gcra taken_now = tb_rate_holding(&l->rates[i], l->rates[i].burst - amount, now);
         if (l->state[i] < taken_now)
             l->state[i] = taken_now;
     }

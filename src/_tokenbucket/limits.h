@@ -170,9 +170,9 @@ void tb_limits_refund(tb_limits *l, double amount, tb_ns now);
  * nothing, for amounts out of range or a debt that would take a rate more than TB_MAX_SPAN past now. */
 tb_status tb_limits_settle(tb_limits *l, double taken, double used, bool held, tb_ns now);
 /* Grants of amount, taken earlier, are used only now: each rate keeps no more than it would hold had
- * they been taken now (at least amount's need, at most its burst, short of full), spending the refill
- * they waited through that it could not have held beside them (the bound at the moment of use); the
- * window is left as it is. */
+ * they been taken now (amount's need short of full: in debt for more than its burst), spending the
+ * refill they waited through that it could not have held beside them (the bound at the moment of use);
+ * the window is left as it is. */
 void tb_limits_reckon_late(tb_limits *l, double amount, tb_ns now);
 /* Holds a grant of amount just taken while it is in use: the window's newest logged grants, up to
  * amount, count until its release instead (a window only; stricter, never looser, should another
