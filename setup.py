@@ -37,9 +37,9 @@ def extensions() -> list:
         sanitize = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
         compile_args += sanitize
         link_args += sanitize
-    sources = ["src/_tokenbucket/_tokenbucketmodule.c", "src/_tokenbucket/limits.c", "src/_tokenbucket/window.c",
-               "src/_tokenbucket/queue.c", "src/_tokenbucket/quota.c"]
-    depends = ["src/_tokenbucket/limits.h", "src/_tokenbucket/window.h", "src/_tokenbucket/queue.h",
+    sources = ["src/_tokenbucket/_tokenbucketmodule.c", "src/_tokenbucket/limits.c", "src/_tokenbucket/rate.c",
+               "src/_tokenbucket/window.c", "src/_tokenbucket/queue.c", "src/_tokenbucket/quota.c"]
+    depends = ["src/_tokenbucket/limits.h", "src/_tokenbucket/rate.h", "src/_tokenbucket/window.h", "src/_tokenbucket/queue.h",
                "src/_tokenbucket/quota.h", *glob.glob("src/_tokenbucket/binding/*.h")]
     libraries = ["m"]
     if sys.platform.startswith("linux"):  # the shared segment (binding/segment.h: Linux only)

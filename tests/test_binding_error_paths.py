@@ -20,7 +20,7 @@ from conftest import WANT_C
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "src" / "_tokenbucket"
-SOURCES = ["_tokenbucketmodule.c", "limits.c", "window.c", "queue.c", "quota.c", "shm.c", "shm_grant.c", "shm_posix.c"]
+SOURCES = ["_tokenbucketmodule.c", "limits.c", "rate.c", "window.c", "queue.c", "quota.c", "shm.c", "shm_grant.c", "shm_posix.c"]
 pytestmark = pytest.mark.skipif(not WANT_C, reason="the pure-Python run was asked for (AIOTB_NO_EXTENSIONS)")
 
 LOAD = """

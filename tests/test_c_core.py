@@ -1,5 +1,5 @@
 """The pure C core's own unit tests (tests/c/), compiled with the system C compiler and run:
-test_limits.c holds the limits (limits.c) alone; test_queue.c (the queue) and test_grant.c (its decisions)
+test_limits.c holds the limits (limits.c over rate.c) alone; test_queue.c (the queue) and test_grant.c (its decisions)
 the bucket (queue.c over limits.c); test_shm*.c the store in shared memory (shm.c, shm_grant.c, shm_posix.c):
 its operations, every short sequence of them, threads and killed processes on one segment, a model check
 of its protocol, and a hostile writer changing the segment before every access (no read past it, no retry
@@ -27,18 +27,18 @@ from profiles import size
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "src" / "_tokenbucket"
 TESTS = ROOT / "tests" / "c"
-STORE = [CORE / "shm.c", CORE / "shm_grant.c", CORE / "limits.c", CORE / "window.c"]
+STORE = [CORE / "shm.c", CORE / "shm_grant.c", CORE / "limits.c", CORE / "rate.c", CORE / "window.c"]
 SOURCES = {
-    "test_limits": [TESTS / "test_limits.c", CORE / "limits.c", CORE / "window.c"],
-    "test_queue": [TESTS / "test_queue.c", CORE / "queue.c", CORE / "limits.c", CORE / "window.c"],
-    "test_grant": [TESTS / "test_grant.c", CORE / "queue.c", CORE / "limits.c", CORE / "window.c"],
+    "test_limits": [TESTS / "test_limits.c", CORE / "limits.c", CORE / "rate.c", CORE / "window.c"],
+    "test_queue": [TESTS / "test_queue.c", CORE / "queue.c", CORE / "limits.c", CORE / "rate.c", CORE / "window.c"],
+    "test_grant": [TESTS / "test_grant.c", CORE / "queue.c", CORE / "limits.c", CORE / "rate.c", CORE / "window.c"],
     "test_quota": [TESTS / "test_quota.c", CORE / "quota.c"],
     "test_shm": [TESTS / "test_shm.c", *STORE],
     "test_shm_sequences": [TESTS / "test_shm_sequences.c", *STORE],
     "test_shm_threads": [TESTS / "test_shm_threads.c", *STORE],
     "test_shm_processes": [TESTS / "test_shm_processes.c", *STORE, CORE / "shm_posix.c"],
-    "test_shm_model": [TESTS / "test_shm_model.c", CORE / "limits.c", CORE / "window.c"],  # it includes the store with a step hook
-    "test_shm_hostile": [TESTS / "test_shm_hostile.c", CORE / "limits.c", CORE / "window.c"],  # so does it, a hostile writer's
+    "test_shm_model": [TESTS / "test_shm_model.c", CORE / "limits.c", CORE / "rate.c", CORE / "window.c"],  # it includes the store with a step hook
+    "test_shm_hostile": [TESTS / "test_shm_hostile.c", CORE / "limits.c", CORE / "rate.c", CORE / "window.c"],  # so does it, a hostile writer's
 }
 THREADED = ["test_shm_threads"]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g", "-O1"]

@@ -46,12 +46,12 @@ class Harness(NamedTuple):
 
 
 HARNESSES = {
-    "core": Harness(FUZZ / "fuzz_tokenbucket.c", [CORE / "queue.c", CORE / "limits.c", CORE / "window.c"], FUZZ / "corpus", [],
+    "core": Harness(FUZZ / "fuzz_tokenbucket.c", [CORE / "queue.c", CORE / "limits.c", CORE / "rate.c", CORE / "window.c"], FUZZ / "corpus", [],
                     size(50_000, 10_000_000)),
     # an input that takes 10 s is a retry loop without end
     "quota": Harness(FUZZ / "fuzz_quota.c", [CORE / "quota.c"], FUZZ / "quota_corpus", ["-max_len=4096"],
                      size(50_000, 10_000_000)),
-    "segment": Harness(FUZZ / "fuzz_segment.c", [CORE / "limits.c", CORE / "window.c"], FUZZ / "segment_corpus",
+    "segment": Harness(FUZZ / "fuzz_segment.c", [CORE / "limits.c", CORE / "rate.c", CORE / "window.c"], FUZZ / "segment_corpus",
                        ["-timeout=10", "-max_len=1400"], size(200_000, 10_000_000)),
 }
 

@@ -60,7 +60,7 @@ def neighbour(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Neighbour]:
     binary = tmp_path_factory.mktemp("neighbour") / "hostile_neighbour"
     build = subprocess.run([*compiler(), "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", f"-I{CORE}",
                             str(Path(__file__).with_name("hostile_neighbour.c")), str(CORE / "shm.c"),
-                            str(CORE / "limits.c"), str(CORE / "window.c"), "-o", str(binary), "-lm", "-lrt"],
+                            str(CORE / "limits.c"), str(CORE / "rate.c"), str(CORE / "window.c"), "-o", str(binary), "-lm", "-lrt"],
                            capture_output=True, text=True)
     assert build.returncode == 0, f"compiling the neighbour failed:\n{build.stderr}"
     if os.geteuid() != 0:

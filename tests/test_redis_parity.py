@@ -47,7 +47,8 @@ import aiotb
 import pytest
 import redis.asyncio
 from aiotb import _store_redis
-from aiotb._limits_py import NEVER, NO_PAUSE, OK, TICKS_PER_NS, Limits, Rate, _holding, _ticks
+from aiotb._limits_py import NEVER, NO_PAUSE, OK, TICKS_PER_NS, Limits, Rate
+from aiotb._rate_py import rate_holding, ticks
 from aiotb._store_redis import MAX_PAUSE_NS as MOST_LIMIT_NS, RedisRates, RedisStore, definition, describe
 from conftest import CLIENT_START_US as START_US, ClientClock
 
@@ -134,7 +135,7 @@ def set_rate_keeping_debt(twin: Limits, index: int, ns_per_token: float, burst: 
     held = rate.burst - float(owed) / TICKS_PER_NS / rate.ns_per_token if owed > 0 else rate.burst
     assert twin.set_rate(index, ns_per_token, burst, now) == OK
     if held < 0:
-        twin.state[index] = _holding(twin.rates[index], held, now)
+        twin.state[index] = rate_holding(twin.rates[index], held, now)
 
 
 # ---- random rates and values ----
@@ -223,7 +224,7 @@ class Stream:
             start = twin.limited_until
         lo = hi = start
         for rate, f, carried in zip(twin.rates, twin.state, bound):
-            ready = Fraction(f - (rate.burst_ticks - _ticks(amount * rate.ns_per_token)), TICKS_PER_NS)
+            ready = Fraction(f - (rate.burst_ticks - ticks(amount * rate.ns_per_token)), TICKS_PER_NS)
             lo = max(lo, math.ceil(ready - ROUND))
             hi = max(hi, math.floor(ready + carried + ROUND))
         return lo, hi

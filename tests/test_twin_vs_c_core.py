@@ -1,5 +1,5 @@
 """The twin of the core against the C core itself: the same random operations replayed on
-``aiotb._queue_py.Bucket`` and on ``tb_bucket`` (src/_tokenbucket/limits.c, window.c and queue.c, compiled
+``aiotb._queue_py.Bucket`` and on ``tb_bucket`` (src/_tokenbucket/limits.c, rate.c, window.c and queue.c, compiled
 here into a shared library and called through ctypes) must give the same results, bit for bit:
 every instant, token count, id, grant order, statistic and each rate's "full again" word.
 Skipped without a C compiler."""
@@ -80,7 +80,7 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     (folder / "shim.c").write_text(SHIM)
     library = folder / "libcore.so"
     subprocess.run([compiler, "-std=c11", "-O1", "-fPIC", "-shared", "-DNDEBUG", f"-I{SOURCES}",
-                    str(SOURCES / "limits.c"), str(SOURCES / "window.c"), str(SOURCES / "queue.c"), str(folder / "shim.c"),
+                    str(SOURCES / "limits.c"), str(SOURCES / "rate.c"), str(SOURCES / "window.c"), str(SOURCES / "queue.c"), str(folder / "shim.c"),
                     "-o", str(library), "-lm"], check=True)
     lib = ctypes.CDLL(str(library))
     signatures: dict[str, tuple[Any, list[Any]]] = {

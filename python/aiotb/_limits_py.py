@@ -1,13 +1,12 @@
 """Pure-Python twin of ``src/_tokenbucket/limits.c``: the token arithmetic, with no queue and no clock.
 
 Every function of limits.c has its namesake here (``tb_limits_fit_at(l, ...)`` is
-``l.fit_at(...)``, a static helper ``fits(r, f, ...)`` is ``_fits(r, f, ...)``) and takes the
-same steps: a rate's state F is an int of ticks (1/16 ns) where C has one int64 word, instants
+``l.fit_at(...)``, a static helper ``debt_in_range(f, ...)`` is ``_debt_in_range(f, ...)``; one rate's,
+of rate.h and rate.c, are ``_rate_py``'s) and takes the same steps: a rate's state F is an int of ticks (1/16 ns) where C has one int64 word, instants
 are ints where C has int64 nanoseconds, Python floats (C doubles) stand for doubles, C's casts
 to int64 are ``int()`` (truncation) and its truncating ``/`` and ``%`` on ticks give the same
 ceiling as ``-(-t // 16)``, so both give bit-identical results. Where it differs: ints do not
-overflow (C's arithmetic is undefined past int64, which the ranges of TB_MAX_SPAN exclude); a
-rate's F is returned by ``_consume`` rather than updated through a pointer; the window is
+overflow (C's arithmetic is undefined past int64, which the ranges of TB_MAX_SPAN exclude); the window is
 ``_window_py``'s, the twin of window.c (C's projection answers NEVER when it cannot copy the
 window's log); a status is an int constant (``OK``,
 ``EINVAL``, ...); the amounts ahead of a projection come from a Python iterator; ``check()``
@@ -18,15 +17,15 @@ from __future__ import annotations
 import math
 from typing import Iterator, NamedTuple
 
+from ._rate_py import (MAX_SPAN, TICKS_PER_NS, Rate, at_tick, full_before, full_since, gcra_debt, gcra_take, ns_from,
+                       positive, rate_balance, rate_fit_at, rate_fits, rate_holding, rate_ok, rate_tokens, ticks,
+                       ticks_down)
 from ._window_py import NEVER, Grant, Window
 
 __all__ = ["OK", "EINVAL", "ENOMEM", "ETOOLATE", "NEVER", "NO_PAUSE", "MAX_SPAN", "MAX_RATES", "TICKS_PER_NS", "Rate",
            "Grant", "Window", "Limits", "Ahead"]
 
 NO_PAUSE = -(1 << 63)  # INT64_MIN: paused_until of limits never paused
-MAX_SPAN = 1 << 58  # TB_MAX_SPAN: longest refill of a full bucket, bound of |clock readings|, ns (~9.1 years)
-TICKS_PER_NS = 16  # TB_TICKS_PER_NS: the resolution of a rate's state F
-INT64_MAX = (1 << 63) - 1
 MAX_RATES = 4  # TB_MAX_RATES
 OK, EINVAL, ENOMEM, ETOOLATE = 0, 1, 2, 3  # tb_status
 HORIZON = MAX_SPAN  # ns: projections this far read NEVER, so F stays below 2^63 ticks
@@ -41,20 +40,6 @@ def _debug_check(limits: Limits) -> None:
         assert broken == 0, f"tb_limits_check() returned {broken}"
 
 
-class Rate:
-    """tb_rate: one rate's parameters: refill of one token every ns_per_token, at most burst tokens."""
-
-    __slots__ = ("ns_per_token", "burst", "burst_ns", "initial", "burst_ticks", "token_ticks")
-
-    def __init__(self, ns_per_token: float = 0.0, burst: float = 0.0, initial: float = 0.0) -> None:
-        self.ns_per_token = ns_per_token
-        self.burst = burst
-        self.burst_ns = burst * ns_per_token  # the most debt the rate may carry
-        self.initial = initial  # tokens at the first reading of the clock
-        self.burst_ticks = _ticks(self.burst_ns)  # burst_ns in ticks, rounded up like every need
-        self.token_ticks = _ticks(ns_per_token)  # ns_per_token in ticks, rounded up: the need of one token
-
-
 class Ahead(NamedTuple):
     """tb_ahead: the amounts queued ahead of a projected grant, in the order they will be granted."""
 
@@ -63,107 +48,21 @@ class Ahead(NamedTuple):
     amounts: Iterator[float]  # yields them one by one
 
 
-# ---- one rate: GCRA's "full again at" instant F, in ticks (C: tb_gcra, an int64; here an int) ----
-
-def _positive(x: float) -> bool:
-    """Whether x is a finite number > 0."""
-    return x > 0 and math.isfinite(x)
-
-
-def _ticks_down(ns: float) -> int:
-    """A span of ns >= 0 in whole ticks, rounded down: what a refund gives back, never more than was paid
-    (a grant paid its need rounded up, and a rate that filled up since kept none of the excess)."""
-    exact = ns * TICKS_PER_NS
-    return int(exact) if exact < 2.0**63 else INT64_MAX
-
-
-def _ticks(ns: float) -> int:
-    """A span of ns >= 0 in ticks, rounded up: what a grant of that span needs (INT64_MAX from 2^63 ticks)."""
-    exact = ns * TICKS_PER_NS
-    if not exact < 2.0**63:
-        return INT64_MAX
-    whole = int(exact)
-    return whole + (whole < exact)
-
-
-def _at_tick(now: int) -> int:
-    """The instant now in ticks."""
-    return now * TICKS_PER_NS
-
-
-def _ns_from(t: int) -> int:
-    """The first whole nanosecond at or after tick t."""
-    return -(-t // TICKS_PER_NS)  # C: t / 16 + (t % 16 > 0), truncating division: the same ceiling
-
-
-def _full_since(now: int) -> int:
-    """The latest F a rate full at now may keep: a fuller one is just as full, and F stays in range."""
-    return _at_tick(now) - TICKS_PER_NS
-
-
-def _debt(f: int, now: int) -> int:
-    """F - now in ticks: how long until the rate is full again (negative: full since then)."""
-    return f - _at_tick(now)
-
-
-def _fits(r: Rate, f: int, need: int, now: int) -> bool:
-    """Whether need ticks of tokens fit in the rate at now."""
-    owed = _debt(f, now)
-    return (owed if owed > 0 else 0) <= r.burst_ticks - need
-
-
-def _full_before(f: int, now: int) -> bool:
-    """Whether the rate has been full for at least a whole nanosecond at now (F <= now - 1 ns)."""
-    return f <= _full_since(now)
-
-
-def _consume(f: int, need: int, now: int) -> int:
-    """F after taking need ticks of tokens at now: max(F, now) + need, except that a rate full for
-    less than a nanosecond keeps its F (C: updates *f)."""
-    if _full_before(f, now):
-        f = _at_tick(now)
-    return f + need
-
-
-def _rate_fit_at(r: Rate, f: int, need: int, now: int) -> int:
-    """First instant >= now at which need (<= burst_ticks) ticks of tokens fit: F - t <= burst - need."""
-    return now if _fits(r, f, need, now) else _ns_from(f - (r.burst_ticks - need))
-
-
-def _rate_balance(r: Rate, f: int, now: int) -> float:
-    """Tokens one rate holds at now, below 0 when F is more than a burst ahead (tokens reserved ahead)."""
-    owed = _debt(f, now)
-    return r.burst if owed <= 0 else r.burst - float(owed) / TICKS_PER_NS / r.ns_per_token
-
-
-def _rate_tokens(r: Rate, f: int, now: int) -> float:
-    """Tokens one rate holds at now: its balance, but never below 0."""
-    tokens = _rate_balance(r, f, now)
-    return tokens if tokens > 0 else 0.0
-
-
-def _holding(r: Rate, tokens: float, now: int) -> int:
-    """F for a rate that holds tokens at now (at most its burst; below 0, a debt: full again at most MAX_SPAN
-    after now)."""
-    owed_ns = (r.burst - (tokens if tokens < r.burst else r.burst)) * r.ns_per_token
-    return _at_tick(now) + _ticks(owed_ns if owed_ns < MAX_SPAN else float(MAX_SPAN))
-
-
 def _settle_change(r: Rate, taken: float, used: float) -> int:
     """The ticks a rate's F moves by when a grant of taken cost used: the need of used less the need of taken, each
     rounded up as a grant's was; for taken past MAX_SPAN of need (above every burst), the difference's need (a
     debt) or its whole ticks (a refund, of which more than a span and a half fills any rate)."""
     was, is_ = taken * r.ns_per_token, used * r.ns_per_token
     if was <= float(MAX_SPAN):
-        return _ticks(is_) - _ticks(was)
-    return _ticks(is_ - was) if is_ >= was else -_ticks_down(min(was - is_, 1.5 * float(MAX_SPAN)))
+        return ticks(is_) - ticks(was)
+    return ticks(is_ - was) if is_ >= was else -ticks_down(min(was - is_, 1.5 * float(MAX_SPAN)))
 
 
 def _debt_in_range(f: int, debt_ticks: int, now: int) -> bool:
     """Whether debt more ticks may be taken from the rate at F f at now: the rate then full at most MAX_SPAN
     after now."""
-    owed = _debt(f, now)
-    return debt_ticks <= _at_tick(MAX_SPAN) - (owed if owed > 0 else 0)
+    owed = gcra_debt(f, now)
+    return debt_ticks <= at_tick(MAX_SPAN) - (owed if owed > 0 else 0)
 
 
 # ---- every limit at once ----
@@ -173,7 +72,7 @@ def _all_fit(l: Limits, amount: float, t: int) -> bool:
     if t >= l.grants_until or t < l.paused_until or (t < l.limited_until and amount > l.limited_left):
         return False
     for r, f in zip(l.rates, l.state):
-        if not _fits(r, f, _ticks(amount * r.ns_per_token), t):
+        if not rate_fits(r, f, ticks(amount * r.ns_per_token), t):
             return False
     return l.window.fits(amount, t)
 
@@ -187,7 +86,7 @@ def _all_fit_at(l: Limits, amount: float, t: int) -> int:
     if t < l.limited_until and amount > l.limited_left:
         t = l.limited_until
     for r, f in zip(l.rates, l.state):
-        ready = _rate_fit_at(r, f, _ticks(amount * r.ns_per_token), t)
+        ready = rate_fit_at(r, f, ticks(amount * r.ns_per_token), t)
         if ready > t:
             t = ready
     opens = l.window.fit_at(amount, t)
@@ -199,7 +98,7 @@ def _all_fit_at(l: Limits, amount: float, t: int) -> int:
 def _take_all(l: Limits, amount: float, rates_at: int, now: int) -> None:
     """Grants amount: the rates as of rates_at (never after now), the window and a running limit at now."""
     for i, r in enumerate(l.rates):
-        l.state[i] = _consume(l.state[i], _ticks(amount * r.ns_per_token), rates_at)
+        l.state[i] = gcra_take(l.state[i], ticks(amount * r.ns_per_token), rates_at)
     l.window.record(amount, now)
     if now < l.limited_until:
         l.limited_left = l.limited_left - amount if amount < l.limited_left else 0.0
@@ -230,17 +129,11 @@ def _change_rates(l: Limits, change: list[int], now: int) -> None:
     never fuller than full at now."""
     for i, step in enumerate(change):
         if step > 0:
-            l.state[i] = _consume(l.state[i], step, now)
+            l.state[i] = gcra_take(l.state[i], step, now)
         else:
             l.state[i] += step
-            if l.state[i] < _full_since(now):
-                l.state[i] = _full_since(now)
-
-
-def _rate_ok(ns_per_token: float, burst: float, initial: float) -> bool:
-    """Whether a rate's parameters are usable."""
-    return (_positive(ns_per_token) and _positive(burst) and initial >= 0 and initial <= burst
-            and burst * ns_per_token <= float(MAX_SPAN))
+            if l.state[i] < full_since(now):
+                l.state[i] = full_since(now)
 
 
 def _late_credit_ns(l: Limits) -> int:
@@ -300,14 +193,14 @@ class Limits:
 
     def init(self, ns_per_token: float, burst: float, initial: float) -> int:
         """Sets up limits of one rate; OK, or EINVAL if a parameter is out of range."""
-        if not _rate_ok(ns_per_token, burst, initial):
+        if not rate_ok(ns_per_token, burst, initial):
             return EINVAL
         Limits.__init__(self)
         return self.add_rate(ns_per_token, burst, initial)
 
     def init_window(self, period: int, limit: float) -> int:
         """Sets up limits of a strict sliding window only; OK or EINVAL."""
-        if period <= 0 or period > MAX_SPAN or not _positive(limit):
+        if period <= 0 or period > MAX_SPAN or not positive(limit):
             return EINVAL
         Limits.__init__(self)
         self.window = Window(period, limit)
@@ -317,7 +210,7 @@ class Limits:
 
     def add_rate(self, ns_per_token: float, burst: float, initial: float) -> int:
         """Adds a rate that every grant must also satisfy (before the first reading); OK or EINVAL."""
-        if len(self.rates) == MAX_RATES or self.anchored or not _rate_ok(ns_per_token, burst, initial):
+        if len(self.rates) == MAX_RATES or self.anchored or not rate_ok(ns_per_token, burst, initial):
             return EINVAL
         self.rates.append(Rate(ns_per_token, burst, initial))
         self.state.append(0)
@@ -339,7 +232,7 @@ class Limits:
             return
         self.anchored = True
         for i, r in enumerate(self.rates):
-            self.state[i] = _holding(r, r.initial, now)
+            self.state[i] = rate_holding(r, r.initial, now)
 
     def tokens(self, now: int) -> float:
         """Tokens available at now (never negative, at most the smallest burst or window limit; 0 at or after
@@ -349,7 +242,7 @@ class Limits:
             return 0.0
         tokens = self.window.limit - self.window.used(now) if self.window.period else math.inf
         for r, f in zip(self.rates, self.state):
-            held = _rate_tokens(r, f, now)
+            held = rate_tokens(r, f, now)
             if held < tokens:
                 tokens = held
         if now < self.limited_until and self.limited_left < tokens:
@@ -361,7 +254,7 @@ class Limits:
         self.anchor(now)
         owed = 0.0
         for r, f in zip(self.rates, self.state):
-            balance = _rate_balance(r, f, t)
+            balance = rate_balance(r, f, t)
             if -balance > owed:
                 owed = -balance
         return owed
@@ -395,10 +288,10 @@ class Limits:
         self.anchor(now)
         if self.plain:  # the uncontended path of a plain limiter, kept short
             r = self.rates[0]
-            need = r.token_ticks if amount == 1.0 else _ticks(amount * r.ns_per_token)
-            if not _fits(r, self.state[0], need, now):
+            need = r.token_ticks if amount == 1.0 else ticks(amount * r.ns_per_token)
+            if not rate_fits(r, self.state[0], need, now):
                 return False
-            self.state[0] = _consume(self.state[0], need, now)
+            self.state[0] = gcra_take(self.state[0], need, now)
             _debug_check(self)
             return True
         if not _all_fit(self, amount, now):
@@ -411,9 +304,9 @@ class Limits:
         """Gives back amount tokens granted earlier and never used."""
         self.anchor(now)
         for i, r in enumerate(self.rates):
-            self.state[i] -= _ticks_down(amount * r.ns_per_token)
-            if self.state[i] < _full_since(now):
-                self.state[i] = _full_since(now)
+            self.state[i] -= ticks_down(amount * r.ns_per_token)
+            if self.state[i] < full_since(now):
+                self.state[i] = full_since(now)
         self.window.unrecord(amount)
         _debug_check(self)
 
@@ -448,7 +341,7 @@ class Limits:
         the window is left as it is."""
         self.anchor(now)
         for i, r in enumerate(self.rates):
-            taken_now = _holding(r, r.burst - amount, now)
+            taken_now = rate_holding(r, r.burst - amount, now)
             if self.state[i] < taken_now:
                 self.state[i] = taken_now
         _debug_check(self)
@@ -489,14 +382,14 @@ class Limits:
         need = (ahead.total + amount) * rate.ns_per_token + float(ahead.count) / TICKS_PER_NS
         if not need < float(HORIZON):
             return NEVER
-        need_ticks = _ticks(need)
+        need_ticks = ticks(need)
         if need_ticks <= rate.burst_ticks:
-            t = _rate_fit_at(rate, self.state[0], need_ticks, now)
+            t = rate_fit_at(rate, self.state[0], need_ticks, now)
             return t if t < HORIZON else NEVER
-        full = _at_tick(now) if _full_before(self.state[0], now) else self.state[0]
+        full = at_tick(now) if full_before(self.state[0], now) else self.state[0]
         if not float(full) / TICKS_PER_NS + need < float(HORIZON):
             return NEVER  # a long queue at a slow rate
-        t = _ns_from(full + (need_ticks - rate.burst_ticks))  # max(F, now) + need - burst
+        t = ns_from(full + (need_ticks - rate.burst_ticks))  # max(F, now) + need - burst
         return t if t > now else now
 
     def full(self, now: int) -> bool:
@@ -511,7 +404,7 @@ class Limits:
         if self.paused_until > now or self.limited_until > now or self.window.holds > 0 or (
                 self.window.period and self.window.used(now) > 0):
             return False
-        return all(_debt(f, now) <= 0 for f in self.state)
+        return all(gcra_debt(f, now) <= 0 for f in self.state)
 
     # ---- changes ----
 
@@ -522,12 +415,12 @@ class Limits:
     def set_rate(self, index: int, ns_per_token: float, burst: float, now: int) -> int:
         """Changes rate index to a new refill and capacity as of now, keeping the tokens it holds
         (at most the new burst; a debt, owed at the new refill); OK, or EINVAL."""
-        if not 0 <= index < len(self.rates) or not _rate_ok(ns_per_token, burst, 0):
+        if not 0 <= index < len(self.rates) or not rate_ok(ns_per_token, burst, 0):
             return EINVAL
         self.anchor(now)
-        tokens = _rate_balance(self.rates[index], self.state[index], now)  # a settled debt is kept, in the new
+        tokens = rate_balance(self.rates[index], self.state[index], now)  # a settled debt is kept, in the new
         self.rates[index] = Rate(ns_per_token, burst)                      # rate's time
-        self.state[index] = _holding(self.rates[index], tokens, now)
+        self.state[index] = rate_holding(self.rates[index], tokens, now)
         _set_most(self)
         _debug_check(self)
         return OK
@@ -535,7 +428,7 @@ class Limits:
     def set_window(self, period: int, limit: float) -> int:
         """Changes the window's period and limit, keeping its log of grants; OK, or EINVAL (also for
         limits without a window)."""
-        if self.window.period == 0 or period <= 0 or period > MAX_SPAN or not _positive(limit):
+        if self.window.period == 0 or period <= 0 or period > MAX_SPAN or not positive(limit):
             return EINVAL
         self.window.period = period
         self.window.limit = limit
@@ -585,7 +478,7 @@ class Limits:
         """Requests may ask for up to max(amount, the smallest burst or window limit): one above the bursts waits
         until a rate's burst grows to it; amount 0 leaves the bursts alone. OK, or EINVAL (changing nothing)
         unless amount is 0 or finite and > 0."""
-        if amount != 0 and not _positive(amount):
+        if amount != 0 and not positive(amount):
             return EINVAL
         self.largest = amount
         self.max_request = _most_requested(self)
@@ -604,7 +497,7 @@ class Limits:
         for r, f in zip(self.rates, self.state):
             # a debt rounded up; a refund rounded down, and more than a span of it fills any rate
             ns = abs(tokens) * r.ns_per_token
-            step = _ticks(ns) if tokens < 0 else -_ticks_down(min(ns, 1.5 * MAX_SPAN))
+            step = ticks(ns) if tokens < 0 else -ticks_down(min(ns, 1.5 * MAX_SPAN))
             if step > 0 and not _debt_in_range(f, step, now):
                 return EINVAL
             change.append(step)
@@ -618,9 +511,9 @@ class Limits:
             return
         shift = now - then
         for i in range(len(self.state)):
-            if self.state[i] < _full_since(then):
-                self.state[i] = _full_since(then)
-            self.state[i] += _at_tick(shift)
+            if self.state[i] < full_since(then):
+                self.state[i] = full_since(then)
+            self.state[i] += at_tick(shift)
         self.window.shift(shift)
         if self.paused_until != NO_PAUSE:
             self.paused_until += shift
@@ -636,8 +529,8 @@ class Limits:
                 not self.rates and self.window.period == 0):
             return 1
         for r in self.rates:
-            if (not _positive(r.ns_per_token) or not _positive(r.burst) or r.burst_ns != r.burst * r.ns_per_token
-                    or r.burst_ticks != _ticks(r.burst_ns) or r.token_ticks != _ticks(r.ns_per_token)):
+            if (not positive(r.ns_per_token) or not positive(r.burst) or r.burst_ns != r.burst * r.ns_per_token
+                    or r.burst_ticks != ticks(r.burst_ns) or r.token_ticks != ticks(r.ns_per_token)):
                 return 1
         if (self.max_amount != _most_grantable(self) or not self.largest >= 0
                 or self.max_request != _most_requested(self) or not self.limited_left >= 0):

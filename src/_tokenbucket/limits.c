@@ -1,4 +1,5 @@
-/* Token arithmetic of aiotb's core: the rates, the pause and the limit, with the window of window.c; see limits.h. */
+/* Token arithmetic of aiotb's core: the rates (each rate.c's), the pause and the limit, with the window of
+ * window.c; see limits.h. */
 #include "limits.h"
 #include "window.h"
 
@@ -14,87 +15,6 @@
 #define debug_check(l) ((void)0)
 #endif
 
-/* ---- one rate: GCRA's "full again at" instant F, in ticks ---- */
-
-// Whether x is a finite number > 0.
-static bool positive(double x) { return x > 0 && isfinite(x); }
-
-int64_t tb_ticks(double ns)
-{
-    double exact = ns * TB_TICKS_PER_NS;
-    if (!(exact < 0x1p63))
-        return INT64_MAX;
-    int64_t whole = (int64_t)exact;
-    return whole + ((double)whole < exact);
-}
-
-// A span of ns >= 0 in whole ticks, rounded down: what a refund gives back, never more than was paid
-// (a grant paid its need rounded up, and a rate that filled up since kept none of the excess).
-static int64_t ticks_down(double ns)
-{
-    double exact = ns * TB_TICKS_PER_NS;
-    return exact < 0x1p63 ? (int64_t)exact : INT64_MAX;
-}
-
-int64_t tb_at_tick(tb_ns now) { return now * TB_TICKS_PER_NS; }
-
-tb_ns tb_ns_from(int64_t t)
-{
-    return t / TB_TICKS_PER_NS + (t % TB_TICKS_PER_NS > 0);
-}
-
-tb_gcra tb_full_since(tb_ns now) { return tb_at_tick(now) - TB_TICKS_PER_NS; }
-
-// F - now in ticks: how long until the rate is full again (negative: full since then).
-static int64_t debt(tb_gcra f, tb_ns now)
-{
-    return f - tb_at_tick(now);
-}
-
-// Whether need ticks of tokens fit in the rate at now.
-static bool fits(const tb_rate *r, tb_gcra f, int64_t need, tb_ns now)
-{
-    int64_t owed = debt(f, now);
-    return (owed > 0 ? owed : 0) <= r->burst_ticks - need;
-}
-
-// Whether the rate has been full for at least a whole nanosecond at now (F <= now - 1 ns).
-// Refill younger than that is kept: a waiter granted at the first whole nanosecond after
-// its ready instant between two must not lose the ticks in between, or every such grant would
-// slow the rate down (and the projection, which assumes no loss, would promise too early).
-static bool full_before(tb_gcra f, tb_ns now)
-{
-    return f <= tb_full_since(now);
-}
-
-tb_gcra tb_gcra_take(tb_gcra f, int64_t need, tb_ns now)
-{
-    return (full_before(f, now) ? tb_at_tick(now) : f) + need;
-}
-
-tb_ns tb_rate_fit_at(const tb_rate *r, tb_gcra f, int64_t need, tb_ns now)
-{
-    return fits(r, f, need, now) ? now : tb_ns_from(f - (r->burst_ticks - need));
-}
-
-double tb_rate_balance(const tb_rate *r, tb_gcra f, tb_ns now)
-{
-    int64_t owed = debt(f, now);
-    return owed <= 0 ? r->burst : r->burst - (double)owed / TB_TICKS_PER_NS / r->ns_per_token;
-}
-
-double tb_rate_tokens(const tb_rate *r, tb_gcra f, tb_ns now)
-{
-    double tokens = tb_rate_balance(r, f, now);
-    return tokens > 0 ? tokens : 0;
-}
-
-tb_gcra tb_rate_holding(const tb_rate *r, double tokens, tb_ns now)
-{
-    double owed_ns = (r->burst - (tokens < r->burst ? tokens : r->burst)) * r->ns_per_token;
-    return tb_at_tick(now) + tb_ticks(owed_ns < (double)TB_MAX_SPAN ? owed_ns : (double)TB_MAX_SPAN);
-}
-
 /* ---- every limit at once ---- */
 
 // Whether amount can be granted at t by every limit.
@@ -103,7 +23,7 @@ static bool all_fit(const tb_limits *l, double amount, tb_ns t)
     if (t >= l->grants_until || t < l->paused_until || (t < l->limited_until && amount > l->limited_left))
         return false;
     for (uint32_t i = 0; i < l->nrates; i++)
-        if (!fits(&l->rates[i], l->state[i], tb_ticks(amount * l->rates[i].ns_per_token), t))
+        if (!tb_rate_fits(&l->rates[i], l->state[i], tb_ticks(amount * l->rates[i].ns_per_token), t))
             return false;
     return tb_window_fits(&l->window, amount, t);
 }
@@ -161,19 +81,6 @@ static void set_most(tb_limits *l)
     l->max_request = most_requested(l);
 }
 
-bool tb_rate_ok(double ns_per_token, double burst, double initial)
-{
-    return positive(ns_per_token) && positive(burst) && initial >= 0 && initial <= burst &&
-           burst * ns_per_token <= (double)TB_MAX_SPAN;
-}
-
-tb_rate tb_rate_make(double ns_per_token, double burst, double initial)
-{
-    return (tb_rate){.ns_per_token = ns_per_token, .burst = burst, .burst_ns = burst * ns_per_token,
-                     .initial = initial, .burst_ticks = tb_ticks(burst * ns_per_token),
-                     .token_ticks = tb_ticks(ns_per_token)};
-}
-
 /* ---- set-up ---- */
 
 tb_status tb_limits_init(tb_limits *l, double ns_per_token, double burst, double initial)
@@ -186,7 +93,7 @@ tb_status tb_limits_init(tb_limits *l, double ns_per_token, double burst, double
 
 tb_status tb_limits_init_window(tb_limits *l, tb_ns period, double limit)
 {
-    if (period <= 0 || period > TB_MAX_SPAN || !positive(limit))
+    if (period <= 0 || period > TB_MAX_SPAN || !tb_positive(limit))
         return TB_EINVAL;
     *l = (tb_limits){.paused_until = INT64_MIN, .limited_until = INT64_MIN, .grants_until = TB_NEVER};
     if (tb_window_init(&l->window, period, limit) != TB_OK)
@@ -294,7 +201,7 @@ bool tb_limits_take_now(tb_limits *l, double amount, tb_ns now)
     if (l->plain) {  /* the uncontended path of a plain limiter, kept short */
         const tb_rate *r = &l->rates[0];
         int64_t need = amount == 1.0 ? r->token_ticks : tb_ticks(amount * r->ns_per_token);
-        if (!fits(r, l->state[0], need, now))
+        if (!tb_rate_fits(r, l->state[0], need, now))
             return false;
         l->state[0] = tb_gcra_take(l->state[0], need, now);
         debug_check(l);
@@ -311,7 +218,7 @@ void tb_limits_refund(tb_limits *l, double amount, tb_ns now)
 {
     tb_limits_anchor(l, now);
     for (uint32_t i = 0; i < l->nrates; i++) {
-        l->state[i] -= ticks_down(amount * l->rates[i].ns_per_token);
+        l->state[i] -= tb_ticks_down(amount * l->rates[i].ns_per_token);
         if (l->state[i] < tb_full_since(now))
             l->state[i] = tb_full_since(now);
     }
@@ -322,7 +229,7 @@ void tb_limits_refund(tb_limits *l, double amount, tb_ns now)
 // Whether debt more ticks may be taken from the rate at F f at now: the rate then full at most TB_MAX_SPAN after now.
 static bool debt_in_range(tb_gcra f, int64_t debt_ticks, tb_ns now)
 {
-    int64_t owed = debt(f, now);
+    int64_t owed = tb_gcra_debt(f, now);
     return debt_ticks <= tb_at_tick(TB_MAX_SPAN) - (owed > 0 ? owed : 0);
 }
 
@@ -349,7 +256,7 @@ static int64_t settle_change(const tb_rate *r, double taken, double used)
     double was = taken * r->ns_per_token, is = used * r->ns_per_token;
     if (was <= (double)TB_MAX_SPAN)
         return tb_ticks(is) - tb_ticks(was);  /* at most INT64_MAX - 0, at least 0 - 2^62: no overflow */
-    return is >= was ? tb_ticks(is - was) : -ticks_down(fmin(was - is, 1.5 * (double)TB_MAX_SPAN));
+    return is >= was ? tb_ticks(is - was) : -tb_ticks_down(fmin(was - is, 1.5 * (double)TB_MAX_SPAN));
 }
 
 tb_status tb_limits_settle(tb_limits *l, double taken, double used, bool held, tb_ns now)
@@ -435,7 +342,7 @@ static tb_ns projected(tb_limits *l, const tb_ahead *ahead, double amount, tb_ns
         tb_ns t = tb_rate_fit_at(rate, l->state[0], need_ticks, now);
         return t < HORIZON ? t : TB_NEVER;
     }
-    tb_gcra full = full_before(l->state[0], now) ? tb_at_tick(now) : l->state[0];
+    tb_gcra full = tb_full_before(l->state[0], now) ? tb_at_tick(now) : l->state[0];
     if (!((double)full / TB_TICKS_PER_NS + need < (double)HORIZON))
         return TB_NEVER;  /* a long queue at a slow rate */
     tb_ns t = tb_ns_from(full + (need_ticks - rate->burst_ticks));  /* max(F, now) + need - burst */
@@ -459,7 +366,7 @@ bool tb_limits_full(const tb_limits *l, tb_ns now)
         (l->window.period && tb_window_used(&l->window, now) > 0))
         return false;
     for (uint32_t i = 0; i < l->nrates; i++)
-        if (debt(l->state[i], now) > 0)
+        if (tb_gcra_debt(l->state[i], now) > 0)
             return false;
     return true;
 }
@@ -487,7 +394,7 @@ tb_status tb_limits_set_rate(tb_limits *l, uint32_t index, double ns_per_token, 
 
 tb_status tb_limits_set_window(tb_limits *l, tb_ns period, double limit)
 {
-    if (l->window.period == 0 || period <= 0 || period > TB_MAX_SPAN || !positive(limit))
+    if (l->window.period == 0 || period <= 0 || period > TB_MAX_SPAN || !tb_positive(limit))
         return TB_EINVAL;
     l->window.period = period;
     l->window.limit = limit;
@@ -537,7 +444,7 @@ void tb_limits_grant_until(tb_limits *l, tb_ns until)
 
 tb_status tb_limits_set_largest(tb_limits *l, double amount)
 {
-    if (amount != 0 && !positive(amount))
+    if (amount != 0 && !tb_positive(amount))
         return TB_EINVAL;
     l->largest = amount;
     l->max_request = most_requested(l);
@@ -554,7 +461,7 @@ tb_status tb_limits_credit(tb_limits *l, double tokens, tb_ns now)
     for (uint32_t i = 0; i < l->nrates; i++) {
         /* a debt rounded up; a refund rounded down, and more than a span of it fills any rate */
         double ns = fabs(tokens) * l->rates[i].ns_per_token;
-        change[i] = tokens < 0 ? tb_ticks(ns) : -ticks_down(fmin(ns, 1.5 * (double)TB_MAX_SPAN));
+        change[i] = tokens < 0 ? tb_ticks(ns) : -tb_ticks_down(fmin(ns, 1.5 * (double)TB_MAX_SPAN));
         if (change[i] > 0 && !debt_in_range(l->state[i], change[i], now))
             return TB_EINVAL;
     }
@@ -589,7 +496,7 @@ int tb_limits_check(const tb_limits *l)
         return 1;
     for (uint32_t i = 0; i < l->nrates; i++) {
         const tb_rate *r = &l->rates[i];
-        if (!positive(r->ns_per_token) || !positive(r->burst) || r->burst_ns != r->burst * r->ns_per_token ||
+        if (!tb_positive(r->ns_per_token) || !tb_positive(r->burst) || r->burst_ns != r->burst * r->ns_per_token ||
             r->burst_ticks != tb_ticks(r->burst_ns) || r->token_ticks != tb_ticks(r->ns_per_token))
             return 1;
     }

@@ -4,28 +4,14 @@
  * F at which it is full again), an optional strict sliding window, a pause and an end of grants.
  * Every operation takes the caller's time, in nanoseconds on whatever monotonic clock the caller
  * uses; the first reading anchors the rates (each holds its initial tokens then). Token amounts are
- * doubles.
- *
- * A rate's whole state is one 64-bit word, F in ticks of 1/16 ns on the caller's clock, so that a
- * store can keep it in shared memory and update it with one compare-and-swap. Each grant moves F
- * by its need, amount * ns_per_token rounded up to a tick: a grant is never early, and a rate is
- * never faster than asked, only slower, by at most (1/16 ns) / ns_per_token of itself for grants
- * of one token, less for larger ones (2.5e-4 at 250 ns per token, 4 million tokens a second;
- * 6.25 % at 1 ns per token). F is an integer, so refill never drifts. The range: clock readings
- * |t| < 2^58 ns and refill spans up to TB_MAX_SPAN = 2^58 ns (~9.1 years each) keep F below
- * 2^58 + 2^58 ns = 2^59 ns, and 16 is the most ticks per nanosecond for which that stays within
- * int64: 2^59 * 16 = 2^63. */
+ * doubles. One rate's arithmetic is rate.h's. */
 #ifndef AIOTB_LIMITS_H
 #define AIOTB_LIMITS_H
 
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
+#include "rate.h"
 
-typedef int64_t tb_ns;                   /* an instant or a span, in nanoseconds */
-#define TB_NEVER INT64_MAX               /* "no deadline" / "no one waits" */
-#define TB_MAX_SPAN ((tb_ns)1 << 58)     /* longest refill of a full bucket, bound of |clock readings|: ~9.1 years */
-#define TB_TICKS_PER_NS 16               /* the resolution of F */
+#include <stddef.h>
+
 #define TB_MAX_RATES 4
 
 typedef enum {
@@ -34,18 +20,6 @@ typedef enum {
     TB_ENOMEM,          /* memory could not grow */
     TB_ETOOLATE,        /* the grant could not come by the deadline */
 } tb_status;
-
-/* One rate's parameters: refill of one token every ns_per_token, at most burst tokens. */
-typedef struct {
-    double ns_per_token;  /* time to refill one token */
-    double burst;         /* capacity, in tokens */
-    double burst_ns;      /* burst * ns_per_token: the most debt the rate may carry */
-    double initial;       /* tokens at the first reading of the clock */
-    int64_t burst_ticks;  /* burst_ns in ticks, rounded up like every need: a full rate grants its burst */
-    int64_t token_ticks;  /* ns_per_token in ticks, rounded up: the need of one token */
-} tb_rate;
-
-typedef int64_t tb_gcra;  /* one rate's state: the instant F it is full again, in ticks */
 
 typedef struct {
     tb_ns at;             /* when it was granted */
@@ -94,33 +68,6 @@ typedef struct {
     tb_next_amount next;  /* yields them one by one from cursor */
     void *cursor;
 } tb_ahead;
-
-/* ---- one rate's arithmetic, shared with the store in shared memory (shm.h) ---- */
-
-/* A span of ns >= 0 in ticks, rounded up: what a grant of that span needs (INT64_MAX from 2^63 ticks). */
-int64_t tb_ticks(double ns);
-/* The instant now in ticks. */
-int64_t tb_at_tick(tb_ns now);
-/* The first whole nanosecond at or after tick t. */
-tb_ns tb_ns_from(int64_t t);
-/* The latest F a rate full at now may keep: a fuller one is just as full, and F stays in range. */
-tb_gcra tb_full_since(tb_ns now);
-/* Whether a rate's parameters are usable: refill and burst finite and > 0, initial in [0, burst], a
- * full refill within TB_MAX_SPAN. */
-bool tb_rate_ok(double ns_per_token, double burst, double initial);
-/* The rate of those parameters (which tb_rate_ok accepts), with its spans in ticks. */
-tb_rate tb_rate_make(double ns_per_token, double burst, double initial);
-/* F after need ticks of tokens are taken at now: max(F, now) + need, except that a rate full for less
- * than a nanosecond keeps its F (refill younger than that is not lost to a grant at the next nanosecond). */
-tb_gcra tb_gcra_take(tb_gcra f, int64_t need, tb_ns now);
-/* First instant >= now at which need (<= burst_ticks) ticks of tokens fit: F - t <= burst - need. */
-tb_ns tb_rate_fit_at(const tb_rate *r, tb_gcra f, int64_t need, tb_ns now);
-/* Tokens the rate holds at now, below 0 when F is more than a burst ahead (tokens reserved ahead). */
-double tb_rate_balance(const tb_rate *r, tb_gcra f, tb_ns now);
-/* Tokens one rate holds at now: its balance, but never below 0. */
-double tb_rate_tokens(const tb_rate *r, tb_gcra f, tb_ns now);
-/* F for a rate that holds tokens (at most its burst; below 0, a debt: full again at most TB_MAX_SPAN after now). */
-tb_gcra tb_rate_holding(const tb_rate *r, double tokens, tb_ns now);
 
 /* ---- limits ---- */
 
