@@ -710,8 +710,9 @@ def test_a_pause_reaches_a_holder_that_reads_its_answer_late(run: Run[None], red
         paused: list[float] = []
 
         async def pause() -> None:
+            asked = loop.time()  # the pause ends 0.6 s after the server got it: after this plus 0.6
             await a.apenalize(0.6)
-            paused.append(loop.time())  # the key is paused by now; B asked before
+            paused.extend((loop.time(), asked))  # the key is paused by now; B asked before
 
         store.then, store.late = pause, 0.25
         stop = loop.time() + 1.2
@@ -723,8 +724,8 @@ def test_a_pause_reaches_a_holder_that_reads_its_answer_late(run: Run[None], red
         finally:
             await closed(a, b)
         assert paused
-        assert not [t for t in granted if paused[0] + 0.3 / 3 + 0.05 < t < paused[0] + 0.6]
-        assert [t for t in granted if t > paused[0] + 0.6]
+        assert not [t for t in granted if paused[0] + 0.3 / 3 + 0.05 < t < paused[1] + 0.6]
+        assert [t for t in granted if t > paused[1] + 0.6]
 
     run(main())
 
