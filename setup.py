@@ -39,8 +39,8 @@ def extensions() -> list:
         link_args += sanitize
     sources = ["src/_tokenbucket/_tokenbucketmodule.c", "src/_tokenbucket/limits.c", "src/_tokenbucket/rate.c",
                "src/_tokenbucket/window.c", "src/_tokenbucket/queue.c", "src/_tokenbucket/quota.c"]
-    depends = ["src/_tokenbucket/limits.h", "src/_tokenbucket/rate.h", "src/_tokenbucket/window.h", "src/_tokenbucket/queue.h",
-               "src/_tokenbucket/quota.h", *glob.glob("src/_tokenbucket/binding/*.h")]
+    depends = ["src/_tokenbucket/limits.h", "src/_tokenbucket/rate.h", "src/_tokenbucket/window.h",
+               "src/_tokenbucket/queue.h", "src/_tokenbucket/quota.h", *glob.glob("src/_tokenbucket/binding/*.h")]
     libraries = ["m"]
     if sys.platform.startswith("linux"):  # the shared segment (binding/segment.h: Linux only)
         sources += ["src/_tokenbucket/shm.c", "src/_tokenbucket/shm_grant.c", "src/_tokenbucket/shm_posix.c"]

@@ -1,16 +1,15 @@
 """Pure-Python twin of ``src/_tokenbucket/limits.c``: the token arithmetic, with no queue and no clock.
 
-Every function of limits.c has its namesake here (``tb_limits_fit_at(l, ...)`` is
-``l.fit_at(...)``, a static helper ``debt_in_range(f, ...)`` is ``_debt_in_range(f, ...)``; one rate's,
-of rate.h and rate.c, are ``_rate_py``'s) and takes the same steps: a rate's state F is an int of ticks (1/16 ns) where C has one int64 word, instants
-are ints where C has int64 nanoseconds, Python floats (C doubles) stand for doubles, C's casts
-to int64 are ``int()`` (truncation) and its truncating ``/`` and ``%`` on ticks give the same
-ceiling as ``-(-t // 16)``, so both give bit-identical results. Where it differs: ints do not
-overflow (C's arithmetic is undefined past int64, which the ranges of TB_MAX_SPAN exclude); the window is
-``_window_py``'s, the twin of window.c (C's projection answers NEVER when it cannot copy the
-window's log); a status is an int constant (``OK``,
-``EINVAL``, ...); the amounts ahead of a projection come from a Python iterator; ``check()``
-runs after each mutating operation only when ``DEBUG_CHECKS`` is set (C: debug builds)."""
+Every function of limits.c has its namesake here (``tb_limits_fit_at(l, ...)`` is ``l.fit_at(...)``, a static
+helper ``debt_in_range(f, ...)`` is ``_debt_in_range(f, ...)``; one rate's, of rate.h and rate.c, are
+``_rate_py``'s) and takes the same steps: a rate's state F is an int of ticks (1/16 ns) where C has one int64
+word, instants are ints where C has int64 nanoseconds, Python floats (C doubles) stand for doubles, C's casts
+to int64 are ``int()`` (truncation) and its truncating ``/`` and ``%`` on ticks give the same ceiling as
+``-(-t // 16)``, so both give bit-identical results. Where it differs: ints do not overflow (C's arithmetic is
+undefined past int64, which the ranges of TB_MAX_SPAN exclude); the window is ``_window_py``'s, the twin of
+window.c (C's projection answers NEVER when it cannot copy the window's log); a status is an int constant
+(``OK``, ``EINVAL``, ...); the amounts ahead of a projection come from a Python iterator; ``check()`` runs
+after each mutating operation only when ``DEBUG_CHECKS`` is set (C: debug builds)."""
 
 from __future__ import annotations
 

@@ -14,11 +14,11 @@ memory; statistics are Python ints (C: uint64, which a refund without a grant wo
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Iterator
 
 from . import _limits_py
 from ._limits_py import EINVAL, ETOOLATE, NEVER, OK, Ahead, Limits
+from ._rate_py import positive
 
 __all__ = ["FIFO", "SMALLEST_FIRST", "SKIP", "GRANT", "STOP", "NIL", "Waiter", "Stats", "Bucket"]
 
@@ -262,7 +262,7 @@ class Bucket:
         """Queues a waiter of owner: (OK, id); (ETOOLATE, 0) if its grant cannot come by deadline (nothing queued,
         a timeout counted); (EINVAL, 0) for an amount outside (0, max_request] or a deadline in
         smallest-first order."""
-        if not (amount > 0 and math.isfinite(amount)) or amount > self.limits.max_request:
+        if not positive(amount) or amount > self.limits.max_request:
             return EINVAL, 0  # it could never be granted: it would block the queue for good
         self.limits.anchor(now)
         if deadline != NEVER:
@@ -497,7 +497,7 @@ class Bucket:
             count += 1
             if w is None or w.sequence == 0 or w.prev != prev or count > self.waiting:
                 return 3
-            if not (w.amount > 0 and math.isfinite(w.amount)):
+            if not positive(w.amount):
                 return 4
             if self.order == SMALLEST_FIRST and prev != NIL and self._waiter(prev).amount > w.amount:
                 return 5

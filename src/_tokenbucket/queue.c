@@ -254,7 +254,7 @@ tb_ns tb_projected_grant(tb_bucket *b, double amount, tb_ns now)
 tb_status tb_enqueue(tb_bucket *b, double amount, tb_ns now, tb_ns deadline,
                      void *handle, const void *owner, tb_id *id)
 {
-    if (!(amount > 0 && isfinite(amount)) || amount > b->limits.max_request)
+    if (!tb_positive(amount) || amount > b->limits.max_request)
         return TB_EINVAL;  /* it could never be granted: it would block the queue for good */
     tb_limits_anchor(&b->limits, now);
     if (deadline != TB_NEVER) {
@@ -503,7 +503,7 @@ int tb_check(const tb_bucket *b)
         const tb_waiter *wt = &b->slots[s];
         if (s >= b->capacity || wt->sequence == 0 || wt->prev != prev || ++count > b->waiting)
             return 3;
-        if (!(wt->amount > 0 && isfinite(wt->amount)))
+        if (!tb_positive(wt->amount))
             return 4;
         if (b->order == TB_SMALLEST_FIRST && prev != TB_NIL && b->slots[prev].amount > wt->amount)
             return 5;

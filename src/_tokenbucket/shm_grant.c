@@ -102,7 +102,7 @@ tb_shm_status tb_shm_reserve(tb_shm *seg, double amount, tb_ns now, tb_ns deadli
     uint32_t nrates = shm_nrates(seg);
     if (nrates == 0)
         return TB_SHM_EFOREIGN;
-    if (!shm_clock_ok(now) || !(amount > 0) || !isfinite(amount))
+    if (!shm_clock_ok(now) || !tb_positive(amount))
         return TB_SHM_EINVAL;
     tb_shm_view views[TB_MAX_RATES];
     uint64_t before[TB_MAX_RATES], after[TB_MAX_RATES];
@@ -242,7 +242,7 @@ tb_shm_status tb_shm_fit_at(tb_shm *seg, double amount, tb_ns now, tb_ns *at)
     uint32_t nrates = shm_nrates(seg);
     if (nrates == 0)
         return TB_SHM_EFOREIGN;
-    if (!shm_clock_ok(now) || !(amount > 0) || !isfinite(amount))
+    if (!shm_clock_ok(now) || !tb_positive(amount))
         return TB_SHM_EINVAL;
     tb_shm_view views[TB_MAX_RATES];
     int tries = TB_SHM_TRIES;
