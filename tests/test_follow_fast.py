@@ -10,7 +10,8 @@ from typing import Any
 
 import aiotb
 import pytest
-from aiotb._limiter import LIMIT_SLACK, quota_left
+from aiotb._limiter import LIMIT_SLACK
+from aiotb._signals import quota_left
 from aiotb._signals import QUOTAS
 from hypothesis import given
 from hypothesis import strategies as st

@@ -33,7 +33,8 @@ import threading
 from typing import TYPE_CHECKING, ClassVar, NamedTuple, TypeAlias, cast, overload
 
 from . import _params
-from ._limiter import Flavour, Limiter, StoreT, _loop_now
+from ._clock import loop_now
+from ._limiter import Flavour, Limiter, StoreT
 
 if TYPE_CHECKING:
     from ._store_redis import RedisStore
@@ -219,11 +220,11 @@ class AdaptiveLimiter(Limiter[StoreT]):
             if code in CONGESTED:
                 if sent > rule.cut_at:
                     rate = self.max_rate
-                    cut = rule.cut(rate, _loop_now())
+                    cut = rule.cut(rate, loop_now())
                     if cut < rate:
                         self.set_rate(cut)
             elif code < 500:
-                rule.serve(tokens, _loop_now())
+                rule.serve(tokens, loop_now())
                 if (self.waiting or self.tokens < tokens) and self.max_rate < rule.settings.most and \
                         rule.earn(tokens, self.max_rate):
                     self.set_rate(rule.grown(self.max_rate))

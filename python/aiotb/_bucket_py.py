@@ -23,7 +23,6 @@ core holds the bucket's lock instead."""
 from __future__ import annotations
 
 import math
-import numbers
 import operator
 import threading
 import time
@@ -32,13 +31,14 @@ from typing import Any, Awaitable, Callable, Concatenate, Coroutine, Generator, 
 
 from . import _queue_py
 from ._clock import is_monotonic_loop
+from ._conversions_py import (MAX_SECONDS, core_status, double, ns_to_seconds, real_number, seconds_to_ns,
+                              write_unraisable)
 from ._limits_py import ENOMEM, ETOOLATE, MAX_RATES, MAX_SPAN, NEVER, OK
 
 __all__ = ["Bucket", "READY", "IMPLEMENTATION", "MAX_SPAN"]
 
 IMPLEMENTATION = "python"
 LATE_CREDIT_TOKENS = 0.75  # how late a woken waiter may be and still be granted as of its ready instant
-_MAX_SECONDS = MAX_SPAN / 1e9  # (double)TB_MAX_SPAN / 1e9
 MOST_AHEAD = 1_000_000  # s: the furthest _owed looks (a lease is at most 3,600 s)
 _DEFAULT_AMOUNT: Any = 1.0  # an amount left out, which C does not check
 CLOCK_CONFLICT = ("this limiter has waiters on an event loop with another clock: loops that share a limiter "
@@ -82,68 +82,6 @@ class _Ready:
 
 
 READY = _Ready()
-
-
-# ---- conversions (binding/clock.h, binding/params.h) ----
-
-def seconds_to_ns(seconds: float) -> int:
-    """A loop time in seconds as whole nanoseconds (round half up), or RuntimeError if unusable."""
-    if not (math.isfinite(seconds) and abs(seconds) < _MAX_SECONDS):
-        raise RuntimeError(f"the event loop's clock returned {seconds!r}, which is not a usable time")
-    return math.floor(seconds * 1e9 + 0.5)
-
-
-def ns_to_seconds(ns: int) -> float:
-    """The earliest loop time in seconds that reads as ns or later."""
-    seconds = ns / 1e9  # C: (double)ns / 1e9, one rounding as here
-    while math.floor(seconds * 1e9 + 0.5) < ns:
-        seconds = math.nextafter(seconds, math.inf)
-    return seconds
-
-
-def _double(value: Any) -> float:
-    """value as a C double, as PyFloat_AsDouble converts it (a float, __float__ or __index__)."""
-    if isinstance(value, float):
-        return value
-    if hasattr(type(value), "__float__"):
-        return float(value)
-    return float(operator.index(value))
-
-
-def _real_number(name: str, value: object) -> float:
-    """A real number (not bool) as a float, overflowing to +-inf; TypeError naming the parameter."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    try:
-        return float(value)
-    except OverflowError:
-        return -math.inf if value < 0 else math.inf
-
-
-class _Unraisable:
-    """Raises its error when dropped: Python reports it to sys.unraisablehook, as C's PyErr_WriteUnraisable."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-    def __del__(self) -> None:
-        raise self.error
-
-
-def _write_unraisable(error: BaseException) -> None:
-    """Reports error to sys.unraisablehook and goes on."""
-    _Unraisable(error)  # dropped at once (CPython; elsewhere at the next collection)
-
-
-def _core_status(status: int) -> None:
-    """Nothing for OK after a checked call, else MemoryError or SystemError."""
-    if status == OK:
-        return
-    if status == ENOMEM:
-        raise MemoryError
-    raise SystemError(f"the core rejected checked parameters (status {status})")
 
 
 P = ParamSpec("P")
@@ -200,13 +138,13 @@ class Bucket:
         core = _queue_py.Bucket()
         if window is not None:
             period, limit = window
-            _core_status(core.init_window(operator.index(period), _double(limit), bool(fair), order))
+            core_status(core.init_window(operator.index(period), double(limit), bool(fair), order))
         else:
             if not isinstance(rates, tuple) or not 1 <= len(rates) <= MAX_RATES:
                 raise TypeError(f"rates must be a tuple of 1 to {MAX_RATES} rates, got {rates!r}")
             for i, rate in enumerate(rates):
-                ns_per_token, burst, initial = map(_double, rate)
-                _core_status(core.init(ns_per_token, burst, initial, bool(fair), order) if i == 0
+                ns_per_token, burst, initial = map(double, rate)
+                core_status(core.init(ns_per_token, burst, initial, bool(fair), order) if i == 0
                              else core.add_rate(ns_per_token, burst, initial))
         core.set_late_credit(LATE_CREDIT_TOKENS)
         self._core = core
@@ -221,7 +159,7 @@ class Bucket:
             domain, now = None, seconds_to_ns(_monotonic())
         else:
             domain = None if is_monotonic_loop(loop) else loop
-            now = seconds_to_ns(_monotonic() if domain is None else _double(loop.time()))
+            now = seconds_to_ns(_monotonic() if domain is None else double(loop.time()))
         if domain is not self._domain:
             if self._configured and self._core.waiting > 0:  # their times are on the old clock
                 self._drop_closed()
@@ -249,7 +187,7 @@ class Bucket:
 
     def _amount(self, value: object) -> float:
         """A valid amount for this bucket: > 0 and at most its largest request (Limits.max_request)."""
-        x = value if type(value) is float else _real_number("amount", value)
+        x = value if type(value) is float else real_number("amount", value)
         if x > self._core.limits.max_request:
             if not self._configured:
                 self._not_configured()
@@ -267,10 +205,10 @@ class Bucket:
         """A timeout in seconds, or None for none (also for one too long to matter)."""
         if value is None:
             return None
-        x = _real_number("timeout", value)
+        x = real_number("timeout", value)
         if not x >= 0:
             raise ValueError(f"timeout must be None or >= 0, got {value!r}")
-        return x if x < _MAX_SECONDS else None
+        return x if x < MAX_SECONDS else None
 
     def _default_amount(self) -> float:
         """The amount of a call that names none: 1, unless that is above the largest request."""
@@ -368,9 +306,9 @@ class Bucket:
     def _enqueue(self, amount: float, timeout: float | None, handle: object, owner: object) -> int:
         """Queues a waiter of owner (who times and wakes it) and returns its id; TimeoutError if it
         cannot be granted in time."""
-        x = _double(amount)
+        x = double(amount)
         now = self._configured_now()
-        deadline = NEVER if timeout is None else now + seconds_to_ns(_double(timeout))
+        deadline = NEVER if timeout is None else now + seconds_to_ns(double(timeout))
         status, ident = self._core.enqueue(x, now, deadline, handle, owner)
         if status == OK:
             return ident
@@ -402,7 +340,7 @@ class Bucket:
         without tokens."""
         now = self._configured_now()
         if at is not None:
-            due = seconds_to_ns(_double(at))
+            due = seconds_to_ns(double(at))
             if due > now:
                 now = due
         granted: list[Any] = []
@@ -424,7 +362,7 @@ class Bucket:
         head = self._core.grant_due(now, decide)
         following = NEVER if head == NEVER else self._core.first_due_of(owner, now)
         if failed:
-            _write_unraisable(failed[0])
+            write_unraisable(failed[0])
         return granted, amounts, None if following == NEVER else ns_to_seconds(following)
 
     @_locked
@@ -436,14 +374,14 @@ class Bucket:
     @_locked
     def _refund(self, amount: float) -> None:
         """Gives back tokens granted to a waiter that never used them."""
-        x = _double(amount)
+        x = double(amount)
         self._core.refund(x, self._configured_now())
 
     @_locked
     def _owed(self, ahead: float) -> float:
         """The most tokens a rate would still owe ahead seconds from now (0 when none would); ValueError unless
         ahead is from 0 to MOST_AHEAD s."""
-        seconds = _double(ahead)
+        seconds = double(ahead)
         now = self._configured_now()
         if not 0 <= seconds <= MOST_AHEAD:
             raise ValueError(f"ahead must be from 0 to {MOST_AHEAD} s, got {ahead!r}")
@@ -453,7 +391,7 @@ class Bucket:
     def _settle_cost(self, taken: float, used: float, held: bool) -> None:
         """A grant of taken tokens cost used, as Bucket.settle says (held: a window holds it); floats checked by
         the caller. ValueError, changing nothing, for a debt beyond the engine's range."""
-        x, y = _double(taken), _double(used)
+        x, y = double(taken), double(used)
         if self._core.settle(x, y, bool(held), self._configured_now()) != OK:
             raise ValueError(f"used is beyond the engine's range: {used!r} tokens where {taken!r} were taken "
                              f"would leave a rate empty for more than {MAX_SPAN // 10**9} s")
@@ -462,7 +400,7 @@ class Bucket:
     def _reckon_late(self, amount: float) -> None:
         """Grants of amount, taken earlier, are used only now: the refill they waited through that a rate could
         not have held beside them is spent."""
-        x = _double(amount)
+        x = double(amount)
         self._core.reckon_late(x, self._configured_now())
 
     @_locked
@@ -470,12 +408,12 @@ class Bucket:
         """Holds a grant of amount just taken until _end_hold (a window's; nothing for a bucket)."""
         if not self._configured:
             self._not_configured()
-        self._core.hold(_double(amount))
+        self._core.hold(double(amount))
 
     @_locked
     def _end_hold(self, amount: float) -> None:
         """A held grant of amount is done with: it leaves the window a period from now."""
-        x = _double(amount)
+        x = double(amount)
         self._core.end_hold(x, self._configured_now())
 
     @_locked
@@ -507,36 +445,36 @@ class Bucket:
     def _set_rate(self, index: int, ns_per_token: float, burst: float) -> None:
         """Changes a rate as of now, from values checked by the caller."""
         slot = operator.index(index) & 0xFFFFFFFF  # C's "I": an unsigned int, unchecked
-        x, b = _double(ns_per_token), _double(burst)
-        _core_status(self._core.set_rate(slot, x, b, self._configured_now()))
+        x, b = double(ns_per_token), double(burst)
+        core_status(self._core.set_rate(slot, x, b, self._configured_now()))
 
     @_locked
     def _set_window(self, period_ns: int, limit: float) -> None:
         """Changes the window, from values checked by the caller."""
-        period, x = operator.index(period_ns), _double(limit)
+        period, x = operator.index(period_ns), double(limit)
         if not self._configured:
             self._not_configured()
-        _core_status(self._core.set_window(period, x))
+        core_status(self._core.set_window(period, x))
 
     @_locked
     def _pause_until(self, when: float) -> None:
         """No grant before the loop time when, in seconds (a float checked by the caller)."""
-        seconds = _double(when)
+        seconds = double(when)
         self._configured_now()
-        if seconds >= _MAX_SECONDS:
+        if seconds >= MAX_SECONDS:
             raise ValueError(f"when is too far ahead: {when!r}")
-        if seconds > -_MAX_SECONDS:  # NaN fails this: C leaves it to its caller, which excludes it
+        if seconds > -MAX_SECONDS:  # NaN fails this: C leaves it to its caller, which excludes it
             self._core.pause_until(seconds_to_ns(seconds))
 
     @_locked
     def _limit_until(self, tokens: float, when: float, slack: float) -> bool:
         """Grants before the loop time when take at most tokens in all, as Bucket.limit_until says, slack in
         seconds (floats checked by the caller); what Limits.limit_until returns."""
-        x, seconds, within = _double(tokens), _double(when), _double(slack)
+        x, seconds, within = double(tokens), double(when), double(slack)
         now = self._configured_now()
-        if seconds >= _MAX_SECONDS or within >= _MAX_SECONDS:
+        if seconds >= MAX_SECONDS or within >= MAX_SECONDS:
             raise ValueError(f"when or slack is too far ahead: {(tokens, when, slack)!r}")
-        if seconds <= -_MAX_SECONDS:
+        if seconds <= -MAX_SECONDS:
             return False  # ended long before any reading of the clock
         return self._core.limit_until(x, seconds_to_ns(seconds), seconds_to_ns(within), now)
 
@@ -544,14 +482,14 @@ class Bucket:
     def _grant_until(self, when: float) -> None:
         """No grant at or after the loop time when, in seconds (math.inf: no end; before any reading of the
         clock: ended). TypeError or ValueError (NaN, too far ahead)."""
-        seconds = _real_number("when", when)
+        seconds = real_number("when", when)
         self._configured_now()
-        if math.isnan(seconds) or (seconds >= _MAX_SECONDS and seconds != math.inf):
+        if math.isnan(seconds) or (seconds >= MAX_SECONDS and seconds != math.inf):
             raise ValueError(f"when must be a loop time within the engine's range or math.inf, got {when!r}")
         until = -MAX_SPAN
         if seconds == math.inf:
             until = NEVER
-        elif seconds > -_MAX_SECONDS:
+        elif seconds > -MAX_SECONDS:
             until = seconds_to_ns(seconds)
         self._core.grant_until(until)
 
@@ -559,7 +497,7 @@ class Bucket:
     def _set_largest(self, amount: float) -> None:
         """Requests may ask for up to max(amount, the smallest burst); 0: the bursts alone. TypeError or
         ValueError (not 0 nor finite and > 0)."""
-        x = _real_number("amount", amount)
+        x = real_number("amount", amount)
         if not self._configured:
             self._not_configured()
         if self._core.set_largest(x) != OK:
@@ -569,7 +507,7 @@ class Bucket:
     def _credit(self, tokens: float) -> None:
         """Tokens given to every rate (> 0, never fuller than full) or taken as a debt (< 0), without a grant.
         TypeError or ValueError, changing nothing (not finite, a window, a debt beyond the engine's range)."""
-        x = _real_number("tokens", tokens)
+        x = real_number("tokens", tokens)
         now = self._configured_now()
         if not math.isfinite(x):
             raise ValueError(f"tokens must be finite, got {tokens!r}")

@@ -1,4 +1,4 @@
-"""Which event loops keep time on the clock aiotb's C core can read by itself."""
+"""Which event loops keep time on the clock aiotb's C core can read by itself, and now on the running loop's."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import asyncio
 import asyncio.base_events
 import sys
 import time
+from asyncio import events
 
 _MONOTONIC = time.monotonic
 _CLOCK_MONOTONIC = time.get_clock_info("monotonic").implementation == "clock_gettime(CLOCK_MONOTONIC)"
@@ -25,3 +26,9 @@ def is_monotonic_loop(loop: asyncio.AbstractEventLoop) -> bool:
         return asyncio.base_events.time.monotonic is _MONOTONIC  # type: ignore[attr-defined]
     uvloop = sys.modules.get("uvloop")
     return uvloop is not None and loop_time is uvloop.Loop.time
+
+
+def loop_now() -> float:
+    """Now on the running loop's clock, or asyncio's default clock outside a loop."""
+    loop = events._get_running_loop()
+    return loop.time() if loop is not None else time.monotonic()

@@ -14,8 +14,8 @@ from typing import Any, Callable, TypeVar
 from . import _params
 from ._adaptive import AdaptiveLimiter
 from ._capabilities import refusal
-from ._limiter import LIMIT_SLACK, Limiter, quota_left
-from ._signals import QUOTAS, Headers, QuotaKind
+from ._limiter import LIMIT_SLACK, Limiter
+from ._signals import QUOTAS, Headers, QuotaKind, quota_left
 from ._store import StoreError
 
 RequestT = TypeVar("RequestT")

@@ -11,19 +11,18 @@ import asyncio
 import datetime
 import functools
 import inspect
-import time
 from asyncio import events
-from collections.abc import Iterable, Mapping
 from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Coroutine, Generic, Literal, NamedTuple,
                     ParamSpec, Protocol, Self, Sequence, TypeAlias, TypeVar, cast, overload)
 
 from . import _params
+from ._clock import loop_now
 from ._core import Bucket
 from ._capabilities import Store, refusal, refused
 from ._dispatch import PRECISE_REFILL
 from ._owners import Owners
 from ._reservation import BaseReservation, Reservation
-from ._signals import QUOTAS, Headers, Quota, QuotaKind, Signals, read_quota, read_signals
+from ._signals import Headers, QuotaKind, Signals, quota_and_left
 from ._store_redis import RedisStore, redacted
 from ._store_shm import SharedMemoryStore, _segment_type
 
@@ -351,7 +350,7 @@ class Limiter(Generic[StoreT], Bucket):
     def penalize(self: LocalLimiter, seconds: float) -> None:
         """Grants nothing for ``seconds`` from now: a server's ``Retry-After``."""
         span = _params.pause("seconds", seconds)
-        self.pause_until(_loop_now() + span)
+        self.pause_until(loop_now() + span)
 
     def limit_until(self: LocalLimiter, tokens: float, when: float) -> None:
         """Grants at most ``tokens`` more before loop time ``when``, on top of the rates: what a server says is
@@ -374,7 +373,7 @@ class Limiter(Generic[StoreT], Bucket):
         and nothing the headers hold raises. Returns what it read: its ``retry_after`` is the caller's to
         obey (``retry_after``), as a server sends it with a 429 or 503 only.
         ``limiter.follow(response.headers)``."""
-        signals, left = _quota_left(headers, quota, in_flight)
+        signals, left = quota_and_left(headers, quota, in_flight)
         if left is not None:
             self.limit_until(*left)
         return signals
@@ -434,7 +433,7 @@ class Limiter(Generic[StoreT], Bucket):
     async def afollow(self, headers: Headers, *, quota: QuotaKind = "requests", in_flight: float = 0) -> Signals:
         """``follow`` over any store: over a RedisStore, for every client of the key (one round trip when the
         headers tell of the quota)."""
-        signals, left = _quota_left(headers, quota, in_flight)
+        signals, left = quota_and_left(headers, quota, in_flight)
         if left is not None:
             await self.alimit_until(*left)
         return signals
@@ -558,49 +557,6 @@ class Limiter(Generic[StoreT], Bucket):
         owners.retime(here)
         if here is not None:
             here.guarded()
-
-
-def _loop_now() -> float:
-    """Now on the running loop's clock, or asyncio's default clock outside a loop."""
-    loop = events._get_running_loop()
-    return loop.time() if loop is not None else time.monotonic()
-
-
-def _wall_now() -> datetime.datetime:
-    """This host's wall clock, timezone-aware: what an absolute instant is read against without a server's Date."""
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
-def _checked_follow(headers: object, quota: object, in_flight: object) -> float:
-    """in_flight as a float, once headers, quota and in_flight are checked: TypeError/ValueError for any."""
-    if type(headers) not in (list, dict) and (isinstance(headers, (str, bytes))
-                                              or not isinstance(headers, (Mapping, Iterable))):
-        raise TypeError(f"headers must be a mapping of header names to values or (name, value) pairs, got {headers!r}")
-    if quota not in QUOTAS:
-        raise ValueError(f"quota must be one of {', '.join(map(repr, QUOTAS))}, got {quota!r}")
-    return _params.non_negative("in_flight", in_flight)
-
-
-def _left_until(told: Quota | None, in_flight: float) -> tuple[float, float] | None:
-    """The tokens of a quota told left less in_flight, and the loop time of its reset; None without a reset."""
-    if told is None or told.reset_after is None:
-        return None
-    return max(0.0, told.remaining - in_flight), _loop_now() + told.reset_after
-
-
-def _quota_left(headers: Headers, quota: object, in_flight: object) -> tuple[Signals, tuple[float, float] | None]:
-    """What headers say (read now), and the tokens of quota left of it less in_flight with the loop time of its
-    reset (None if they tell of neither); TypeError/ValueError for quota or in_flight."""
-    since = _checked_follow(headers, quota, in_flight)
-    signals = read_signals(headers, _wall_now)
-    return signals, _left_until(getattr(signals, cast(str, quota)), since)
-
-
-def quota_left(headers: Headers, quota: QuotaKind, in_flight: float) -> tuple[float, float] | None:
-    """``_quota_left`` without the rest of what the headers say, for the HTTP adapters: what ``follow`` would
-    limit to (tokens, loop time), or None."""
-    since = _checked_follow(headers, quota, in_flight)
-    return _left_until(read_quota(headers, quota, _wall_now), since)
 
 
 if TYPE_CHECKING:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from . import _params
 from ._adaptive import CONGESTED, AdaptiveLimiter, Rule, observation, settings
+from ._clock import loop_now
 from ._core import Bucket
-from ._limiter import _loop_now, serve
+from ._limiter import serve
 from ._shared import SharedLimiter
 from ._store_shm import SharedMemoryStore
 from ._tokenbucket import SHM_MAX_SPAN
@@ -51,7 +52,7 @@ class SharedAdaptiveLimiter(SharedLimiter, AdaptiveLimiter[SharedMemoryStore]):
         code, sent, tokens = observation(status, sent_at, amount)
         rule = self._rule
         with rule.lock:
-            now = _loop_now()
+            now = loop_now()
             was = self._store_rates.live_rate(0)
             self._hear(*was, now=now)
             rate = self.max_rate

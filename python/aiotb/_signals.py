@@ -30,9 +30,10 @@ import email.utils
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Callable, Literal, NamedTuple
+from typing import Callable, Literal, NamedTuple, cast
 
 from . import _params
+from ._clock import loop_now
 
 EPOCH_FROM = 1e9  # a reset number this large is an epoch instant in seconds, not delta seconds
 LONGEST_WAIT = 366 * 86400.0  # s: a reset or retry further away than a year is absurd, and ignored
@@ -335,3 +336,42 @@ def read_quota(headers: Headers, quota: QuotaKind,
     if not fields or len(fields) == 1 and "date" in fields:
         return None
     return _tightest(_quotas(fields, _server_clock(fields, now)).get(quota, []))
+
+
+# ---- what a limiter follows: what is left of a quota, by the loop's clock ----
+
+def _wall_now() -> datetime.datetime:
+    """This host's wall clock, timezone-aware: what an absolute instant is read against without a server's Date."""
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _checked_follow(headers: object, quota: object, in_flight: object) -> float:
+    """in_flight as a float, once headers, quota and in_flight are checked: TypeError/ValueError for any."""
+    if type(headers) not in (list, dict) and (isinstance(headers, (str, bytes))
+                                              or not isinstance(headers, (Mapping, Iterable))):
+        raise TypeError(f"headers must be a mapping of header names to values or (name, value) pairs, got {headers!r}")
+    if quota not in QUOTAS:
+        raise ValueError(f"quota must be one of {', '.join(map(repr, QUOTAS))}, got {quota!r}")
+    return _params.non_negative("in_flight", in_flight)
+
+
+def _left_until(told: Quota | None, in_flight: float) -> tuple[float, float] | None:
+    """The tokens of a quota told left less in_flight, and the loop time of its reset; None without a reset."""
+    if told is None or told.reset_after is None:
+        return None
+    return max(0.0, told.remaining - in_flight), loop_now() + told.reset_after
+
+
+def quota_and_left(headers: Headers, quota: object, in_flight: object) -> tuple[Signals, tuple[float, float] | None]:
+    """What headers say (read now), and the tokens of quota left of it less in_flight with the loop time of its
+    reset (None if they tell of neither); TypeError/ValueError for quota or in_flight."""
+    since = _checked_follow(headers, quota, in_flight)
+    signals = read_signals(headers, _wall_now)
+    return signals, _left_until(getattr(signals, cast(str, quota)), since)
+
+
+def quota_left(headers: Headers, quota: QuotaKind, in_flight: float) -> tuple[float, float] | None:
+    """``quota_and_left`` without the rest of what the headers say, for the HTTP adapters: what ``follow`` would
+    limit to (tokens, loop time), or None."""
+    since = _checked_follow(headers, quota, in_flight)
+    return _left_until(read_quota(headers, quota, _wall_now), since)

@@ -10,7 +10,7 @@ import time
 
 from typing import Any
 
-from ._bucket_py import _double
+from ._conversions_py import double
 from ._limits_py import MAX_SPAN
 
 _os: Any = os  # its timerfd functions and constants are Python 3.13+ (type checkers may target 3.11)
@@ -40,7 +40,7 @@ class PreciseTimer:
     def arm(self, at: float) -> None:
         """Fires at the first nanosecond of CLOCK_MONOTONIC that reads as at seconds (round half up,
         as the core reads a loop time) or later; at once if that has passed."""
-        seconds = _double(at)
+        seconds = double(at)
         if not (math.isfinite(seconds) and abs(seconds) < MAX_SPAN / 1e9):
             raise ValueError(f"at must be a finite CLOCK_MONOTONIC time in seconds, not {at!r}")
         fd = self._open_fd()
