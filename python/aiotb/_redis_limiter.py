@@ -73,7 +73,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._down_until = -1.0
         self._holding: tuple[bool, Any] = _NOT_HOLDING  # the waiter being queued: its hold, its task
-        self._outcomes: weakref.WeakKeyDictionary[asyncio.Task[Any], object] = weakref.WeakKeyDictionary()
+        self._outcomes: weakref.WeakKeyDictionary[asyncio.Task[Any], object] | None = None  # made at the first
         self._trips: set[asyncio.Task[None]] = set()  # round trips on their way, each settling its answer
         self._front: tuple[Reserved | int, float, float] | None = None  # the lone caller's answer, sent, received
         self._lone = 0  # 1 while the caller of an idle limiter asks Redis in its own task
@@ -100,7 +100,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         nothing, if they cannot come within it."""
         Bucket.acquire(self, amount, timeout).close()  # the amount and the timeout, checked by the engine
         seconds = None if timeout is None else float(timeout)
-        return cast(Coroutine[Any, Any, None], self._acquire(float(amount), seconds))
+        return cast("Coroutine[Any, Any, None]", self._acquire(float(amount), seconds))
 
     async def atry_acquire(self, amount: float = 1) -> bool:
         """Takes ``amount`` tokens if every rate has them now (one round trip); False if not, or if
@@ -242,7 +242,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
                 raise TimeoutError(f"{amount!r} tokens cannot be granted within {timeout!r} s")
             self._front = (reserved, sent, received)
             timeout = None if timeout is None else max(0.0, timeout - (received - sent))
-        dispatcher = self._owners.dispatcher(loop)
+        dispatcher = here if here is not None else self._owners.dispatcher(loop)
         task = asyncio.current_task(loop)  # each look-up of the running loop asks getpid() on 3.11: given here
         self._holding = (hold, task)  # read by _enqueue, which the wait below runs before it first suspends
         if timeout is None:
@@ -257,7 +257,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
                     self._counts[5] -= 1
                     self._counts[6] += 1
                 raise
-        outcome = self._outcomes.pop(task, None) if self._outcomes and task is not None else None
+        outcome = self._outcomes.pop(task, None) if self._outcomes is not None and task is not None else None
         if outcome is _FALLBACK and (fallback := self._store.fallback) is not None:
             await fallback.acquire(amount)
         return outcome if hold and isinstance(outcome, bytes) else None
@@ -443,6 +443,8 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         super()._grant_now(ident, now, record, outcome)
 
     def _keep_outcome(self, task: Any, outcome: object) -> None:
+        if self._outcomes is None:
+            self._outcomes = weakref.WeakKeyDictionary()
         self._outcomes[task] = outcome
 
     # ---- when Redis cannot answer ----

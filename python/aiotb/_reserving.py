@@ -144,7 +144,8 @@ class ReservingLimiter(Limiter[StoreT]):
             if not self._queue:
                 self._busy(True)  # first: a newcomer on another thread must not take ahead of it
                 self._most_queued = 0.0
-            self._most_queued = max(self._most_queued, amount)
+            if amount > self._most_queued:
+                self._most_queued = amount
             ident = next(self._idents)
             self._queue[ident] = Waiter(handle, owner, amount, deadline, now, *self._waiter_extras())
         return ident
