@@ -1,9 +1,11 @@
-"""Which event loops keep time on the clock aiotb's C core can read by itself, and now on the running loop's."""
+"""Which event loops keep time on the clock aiotb's C core can read by itself; now on the running loop's, and on
+this host's wall clock."""
 
 from __future__ import annotations
 
 import asyncio
 import asyncio.base_events
+import datetime
 import sys
 import time
 from asyncio import events
@@ -32,3 +34,8 @@ def loop_now() -> float:
     """Now on the running loop's clock, or asyncio's default clock outside a loop."""
     loop = events._get_running_loop()
     return loop.time() if loop is not None else time.monotonic()
+
+
+def wall_now() -> datetime.datetime:
+    """This host's wall clock, timezone-aware: what an absolute instant is read against without a server's Date."""
+    return datetime.datetime.now(datetime.timezone.utc)

@@ -4,7 +4,6 @@ that asks the client to come back later, and of what a response says is left of 
 
 from __future__ import annotations
 
-import datetime
 import functools
 import logging
 import threading
@@ -14,6 +13,7 @@ from typing import Any, Callable, TypeVar
 from . import _params
 from ._adaptive import AdaptiveLimiter
 from ._capabilities import refusal
+from ._clock import wall_now
 from ._limiter import LIMIT_SLACK, Limiter
 from ._signals import QUOTAS, Headers, QuotaKind, quota_left
 from ._store import StoreError
@@ -155,7 +155,7 @@ async def pause(limiter: Limiter[Any], status: int, retry_after: str | None, mos
     if status not in RETRY_STATUSES or retry_after is None:
         return False
     try:
-        asked = _params.retry_after(retry_after, datetime.datetime.now(datetime.timezone.utc))
+        asked = _params.retry_after(retry_after, wall_now())
     except ValueError:
         return False
     if asked > most:

@@ -8,7 +8,6 @@ to the dispatcher of the running loop. Cold parameters are checked here, once (`
 from __future__ import annotations
 
 import asyncio
-import datetime
 import functools
 import inspect
 from asyncio import events
@@ -16,7 +15,7 @@ from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Coroutine
                     ParamSpec, Protocol, Self, Sequence, TypeAlias, TypeVar, cast, overload)
 
 from . import _params
-from ._clock import loop_now
+from ._clock import loop_now, wall_now
 from ._core import Bucket
 from ._capabilities import Store, refusal, refused
 from ._dispatch import PRECISE_REFILL
@@ -394,7 +393,7 @@ class Limiter(Generic[StoreT], Bucket):
         """Grants nothing until a server's ``Retry-After`` has passed: ``value`` is the header's
         value (delta-seconds, or an HTTP date, which is read against this host's wall clock; a
         past date pauses nothing), or a number of seconds. Returns the seconds paused."""
-        span = _params.retry_after(value, datetime.datetime.now(datetime.timezone.utc))
+        span = _params.retry_after(value, wall_now())
         self.penalize(span)
         return span
 

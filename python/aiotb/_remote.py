@@ -5,13 +5,13 @@ await) and reservations, and runs the waits of threads' blocking calls on its ev
 from __future__ import annotations
 
 import asyncio
-import datetime
 import functools
 import threading
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Protocol, TypeVar, cast
 
 from . import _params
 from ._capabilities import refusal
+from ._clock import wall_now
 from ._signals import Headers, QuotaKind, Signals
 from ._store_redis import MAX_PAUSE_NS
 
@@ -113,7 +113,7 @@ class OnItsLoop:
     async def aretry_after(self, value: str | bytes | float) -> float:
         """Grants nothing, to any client of the key, until a server's ``Retry-After`` has passed (see
         ``Limiter.retry_after``); returns the seconds paused."""
-        span = _params.retry_after(value, datetime.datetime.now(datetime.timezone.utc))
+        span = _params.retry_after(value, wall_now())
         await self.apenalize(span)
         return span
 

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import Callable, Literal, NamedTuple, cast
 
 from . import _params
-from ._clock import loop_now
+from ._clock import loop_now, wall_now
 
 EPOCH_FROM = 1e9  # a reset number this large is an epoch instant in seconds, not delta seconds
 LONGEST_WAIT = 366 * 86400.0  # s: a reset or retry further away than a year is absurd, and ignored
@@ -340,11 +340,6 @@ def read_quota(headers: Headers, quota: QuotaKind,
 
 # ---- what a limiter follows: what is left of a quota, by the loop's clock ----
 
-def _wall_now() -> datetime.datetime:
-    """This host's wall clock, timezone-aware: what an absolute instant is read against without a server's Date."""
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
 def _checked_follow(headers: object, quota: object, in_flight: object) -> float:
     """in_flight as a float, once headers, quota and in_flight are checked: TypeError/ValueError for any."""
     if type(headers) not in (list, dict) and (isinstance(headers, (str, bytes))
@@ -366,7 +361,7 @@ def quota_and_left(headers: Headers, quota: object, in_flight: object) -> tuple[
     """What headers say (read now), and the tokens of quota left of it less in_flight with the loop time of its
     reset (None if they tell of neither); TypeError/ValueError for quota or in_flight."""
     since = _checked_follow(headers, quota, in_flight)
-    signals = read_signals(headers, _wall_now)
+    signals = read_signals(headers, wall_now)
     return signals, _left_until(getattr(signals, cast(str, quota)), since)
 
 
@@ -374,4 +369,4 @@ def quota_left(headers: Headers, quota: QuotaKind, in_flight: float) -> tuple[fl
     """``quota_and_left`` without the rest of what the headers say, for the HTTP adapters: what ``follow`` would
     limit to (tokens, loop time), or None."""
     since = _checked_follow(headers, quota, in_flight)
-    return _left_until(read_quota(headers, quota, _wall_now), since)
+    return _left_until(read_quota(headers, quota, wall_now), since)
