@@ -171,9 +171,8 @@ def main() -> None:
     import redis
 
     args = written.arguments(__doc__ or "", HERE / "redis" / "floor")
-    profile = PROFILES["quick" if args.quick else "full"]
-    results: dict[str, Any] = {"profile": "quick" if args.quick else "full", **profile,
-                               "python": sys.version.split()[0], "redis_py": redis.__version__}
+    results = {**written.profiled(args, PROFILES), "redis_py": redis.__version__}
+    profile = PROFILES[results["profile"]]
     sys.path.append(str(HERE.parent / "tests"))
     from redis_server import RedisServer
 

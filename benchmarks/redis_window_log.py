@@ -66,9 +66,8 @@ def report(results: dict[str, Any]) -> str:
 
 def main() -> None:
     args = written.arguments(__doc__ or "", HERE / "redis" / "window_log")
-    profile = PROFILES["quick" if args.quick else "full"]
-    results: dict[str, Any] = {"profile": "quick" if args.quick else "full", **profile,
-                               "python": sys.version.split()[0], "sizes": []}
+    results = {**written.profiled(args, PROFILES), "sizes": []}
+    profile = PROFILES[results["profile"]]
     sys.path.append(str(HERE.parent / "tests"))
     from redis_server import RedisServer
 

@@ -45,8 +45,13 @@ def begun(doc: str, out: Path, serve: Callable[[str], None],
     if args.serve is not None:
         serve(args.serve)
         return None
+    return args, profiled(args, profiles)
+
+
+def profiled(args: argparse.Namespace, profiles: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The results to fill for the profile args ask (--quick or not): its name and figures, and the Python version."""
     name = "quick" if args.quick else "full"
-    return args, {"profile": name, **profiles[name], "python": sys.version.split()[0]}
+    return {"profile": name, **profiles[name], "python": sys.version.split()[0]}
 
 
 def serve(handle: Callable[[Any], Awaitable[Any]], record: list[Any]) -> None:
