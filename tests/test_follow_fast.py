@@ -11,8 +11,7 @@ from typing import Any
 import aiotb
 import pytest
 from aiotb._limiter import LIMIT_SLACK
-from aiotb._signals import quota_left
-from aiotb._signals import QUOTAS
+from aiotb._signals import QUOTAS, quota_left
 from hypothesis import given
 from hypothesis import strategies as st
 from profiles import hypothesis_settings

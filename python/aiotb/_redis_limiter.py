@@ -73,7 +73,7 @@ class RedisLimiter(OnItsLoop, ReservingLimiter[RedisStore]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._down_until = -1.0
         self._holding: tuple[bool, Any] = _NOT_HOLDING  # the waiter being queued: its hold, its task
-        self._outcomes: weakref.WeakKeyDictionary[asyncio.Task[Any], object] | None = None  # made at the first
+        self._outcomes: weakref.WeakKeyDictionary[asyncio.Task[Any], object] | None = None  # made at the first kept
         self._trips: set[asyncio.Task[None]] = set()  # round trips on their way, each settling its answer
         self._front: tuple[Reserved | int, float, float] | None = None  # the lone caller's answer, sent, received
         self._lone = 0  # 1 while the caller of an idle limiter asks Redis in its own task

@@ -10,8 +10,7 @@ import time
 
 from typing import Any
 
-from ._conversions_py import double
-from ._limits_py import MAX_SPAN
+from ._conversions_py import MAX_SECONDS, double
 
 _os: Any = os  # its timerfd functions and constants are Python 3.13+ (type checkers may target 3.11)
 AVAILABLE = hasattr(os, "timerfd_create")
@@ -41,7 +40,7 @@ class PreciseTimer:
         """Fires at the first nanosecond of CLOCK_MONOTONIC that reads as at seconds (round half up,
         as the core reads a loop time) or later; at once if that has passed."""
         seconds = double(at)
-        if not (math.isfinite(seconds) and abs(seconds) < MAX_SPAN / 1e9):
+        if not (math.isfinite(seconds) and abs(seconds) < MAX_SECONDS):
             raise ValueError(f"at must be a finite CLOCK_MONOTONIC time in seconds, not {at!r}")
         fd = self._open_fd()
         ns = math.floor(seconds * 1e9 + 0.5)
